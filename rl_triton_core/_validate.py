@@ -1,0 +1,194 @@
+"""Argument checking and canonicalisation shared by every public function and backend.
+
+Everything here reads only shapes, dtypes and devices (never tensor data), so validation
+never forces a host<->device synchronisation.
+
+The canonical form handed to the backends puts time first: every per-step tensor is a view
+``[T, *batch]`` of the caller's tensor (``expand`` + ``movedim``: no copy), flags and
+coefficient tensors are broadcast views of the same shape, Python scalars stay Python floats,
+and boundary tensors (``bootstrap_value``, ``initial``) are views of shape ``[*batch]``.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+Coefficient = float | Tensor
+
+
+def _name_list(names: Sequence[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+class Steps:
+    """The per-step shape of one call and the helpers that map arguments onto it.
+
+    Built from the call's value tensors (rewards, values, ...): they fix the step shape (their
+    broadcast, same rank required), the device, the time axis and the output dtype.
+    """
+
+    __slots__ = ("device", "dtype", "fn", "layout_like", "shape", "time_dim")
+
+    def __init__(self, fn: str, time_dim: int, values: dict[str, Tensor | None]) -> None:
+        self.fn = fn
+        given = {k: v for k, v in values.items() if v is not None}
+        for name, x in given.items():
+            if not isinstance(x, Tensor):
+                raise TypeError(f"{fn}: `{name}` must be a torch.Tensor, got {type(x).__name__}")
+            if not x.is_floating_point():
+                raise TypeError(
+                    f"{fn}: `{name}` must be a floating-point tensor "
+                    f"(float16, bfloat16, float32 or float64), got {x.dtype}"
+                )
+        first_name, first = next(iter(given.items()))
+        ndim = first.dim()
+        if ndim == 0:
+            raise ValueError(f"{fn}: `{first_name}` must have a time axis, got a 0-dim tensor")
+        if isinstance(time_dim, bool) or not isinstance(time_dim, int):
+            raise TypeError(f"{fn}: `time_dim` must be an int, got {type(time_dim).__name__}")
+        if not -ndim <= time_dim < ndim:
+            raise ValueError(
+                f"{fn}: `time_dim`={time_dim} is out of range for `{first_name}` with "
+                f"{ndim} dims (expected {-ndim} <= time_dim < {ndim})"
+            )
+        self.time_dim = time_dim % ndim
+        self.device = first.device
+        for name, x in given.items():
+            self._check_rank_device(name, x, ndim)
+        try:
+            self.shape = torch.broadcast_shapes(*(x.shape for x in given.values()))
+        except RuntimeError:
+            shapes = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in given.items())
+            raise ValueError(f"{fn}: per-step tensors have mismatched shapes: {shapes}") from None
+        self.dtype = functools.reduce(torch.promote_types, (x.dtype for x in given.values()))
+        self.layout_like = next((x for x in given.values() if x.shape == self.shape), first)
+
+    @property
+    def T(self) -> int:  # noqa: N802 - the paper's name
+        return self.shape[self.time_dim]
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        td = self.time_dim
+        return self.shape[:td] + self.shape[td + 1 :]
+
+    # -- argument kinds ------------------------------------------------------------------------
+
+    def _check_rank_device(self, name: str, x: Tensor, ndim: int) -> None:
+        if x.dim() != ndim:
+            raise ValueError(
+                f"{self.fn}: `{name}` must have {ndim} dims like the other per-step tensors "
+                f"(size-1 dims broadcast), got shape {tuple(x.shape)}"
+            )
+        if x.device != self.device:
+            raise ValueError(
+                f"{self.fn}: `{name}` is on {x.device} but the other inputs are on {self.device}"
+            )
+
+    def _broadcast(self, name: str, x: Tensor, shape: torch.Size) -> Tensor:
+        try:
+            return x.expand(shape)
+        except RuntimeError:
+            raise ValueError(
+                f"{self.fn}: `{name}` has shape {tuple(x.shape)}, which does not broadcast to "
+                f"the per-step shape {tuple(shape)} (each dim must match or be 1)"
+            ) from None
+
+    def step(self, name: str, x: Tensor | None) -> Tensor | None:
+        """A per-step value tensor (already checked in ``__init__``), time first."""
+        if x is None:
+            return None
+        return x.expand(self.shape).movedim(self.time_dim, 0)
+
+    def flag(self, name: str, x: Tensor | None) -> Tensor | None:
+        """A per-step flag: bool, integer or float 0/1 (non-zero is true), time first."""
+        if x is None:
+            return None
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
+        if x.is_complex():
+            raise TypeError(f"{self.fn}: `{name}` must be bool, integer or float, got {x.dtype}")
+        self._check_rank_device(name, x, len(self.shape))
+        return self._broadcast(name, x, self.shape).movedim(self.time_dim, 0)
+
+    def coefficient(self, name: str, x: Coefficient) -> Coefficient:
+        """gamma, lmbda or a clipping threshold: a Python number, or a tensor broadcast per step."""
+        if isinstance(x, numbers.Real) and not isinstance(x, Tensor):
+            return float(x)
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{self.fn}: `{name}` must be a float or a tensor, got {type(x)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
+        if x.dim() == 0:
+            if x.device != self.device and x.device.type == "cpu" and not x.requires_grad:
+                return float(x)  # a CPU scalar: reading it does not touch the accelerator
+            x = x.reshape((1,) * len(self.shape))
+        self._check_rank_device(name, x, len(self.shape))
+        return self._broadcast(name, x, self.shape).movedim(self.time_dim, 0)
+
+    def boundary(self, name: str, x: Tensor | None) -> Tensor | None:
+        """bootstrap_value / initial: the step shape without time (or with a size-1 time axis)."""
+        if x is None:
+            return None
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
+        if not x.is_floating_point():
+            raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
+        if x.device != self.device:
+            raise ValueError(
+                f"{self.fn}: `{name}` is on {x.device} but the other inputs are on {self.device}"
+            )
+        ndim = len(self.shape)
+        if x.dim() == ndim and x.shape[self.time_dim] == 1:
+            x = x.squeeze(self.time_dim)
+        if x.dim() != ndim - 1:
+            raise ValueError(
+                f"{self.fn}: `{name}` must have the per-step shape without the time axis, "
+                f"{tuple(self.batch_shape)}, got {tuple(x.shape)}"
+            )
+        return self._broadcast(name, x, self.batch_shape)
+
+    def outputs(self, out: Tensor | Sequence[Tensor] | None, names: Sequence[str]):
+        """Output tensors in the caller's layout, and their time-first views for the backend."""
+        if out is None:
+            outs = tuple(
+                torch.empty_like(self.layout_like, dtype=self.dtype).expand(self.shape)
+                if self.layout_like.shape == self.shape
+                else torch.empty(self.shape, dtype=self.dtype, device=self.device)
+                for _ in names
+            )
+        else:
+            outs = (out,) if isinstance(out, Tensor) else tuple(out)
+            if len(outs) != len(names) or not all(isinstance(o, Tensor) for o in outs):
+                raise TypeError(
+                    f"{self.fn}: `out` must be {len(names)} tensor(s) ({_name_list(names)})"
+                )
+            for o, n in zip(outs, names, strict=True):
+                if o.shape != self.shape or o.dtype != self.dtype or o.device != self.device:
+                    raise ValueError(
+                        f"{self.fn}: `out` tensor for `{n}` must have shape {tuple(self.shape)}, "
+                        f"dtype {self.dtype} and device {self.device}; got {tuple(o.shape)}, "
+                        f"{o.dtype}, {o.device}"
+                    )
+        return outs, tuple(o.movedim(self.time_dim, 0) for o in outs)
+
+
+def require_next_state(
+    fn: str, next_values: Tensor | None, bootstrap_value: Tensor | None, truncated, needed=True
+) -> None:
+    """The contract's rules for where the next-state value nv_t comes from."""
+    if truncated is not None and next_values is None:
+        raise ValueError(
+            f"{fn}: `truncated` needs `next_values` (at a truncated step values[t+1] belongs to "
+            "the next episode, so the value of the final observation must be passed explicitly)"
+        )
+    if needed and next_values is None and bootstrap_value is None:
+        raise ValueError(
+            f"{fn}: pass `next_values` (the value of every next state) or `bootstrap_value` "
+            "(the value of the state after the last step)"
+        )
