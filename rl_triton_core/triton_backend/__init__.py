@@ -1,0 +1,185 @@
+"""Triton backend: launchers for :mod:`.kernels` (canonical arguments: see ``_dispatch``).
+
+The launcher reads strides (never copies the common layouts), collapses the batch axes into
+one index, picks the tile shape from the layout and decides whether to split the time axis
+across programs, then launches :func:`kernels.scan_kernel` once (twice when split).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .._dispatch import triton_interpreted
+from . import kernels
+
+TRACE_IDS = {"retrace": 0, "tree_backup": 1, "q_lambda": 2, "importance_sampling": 3}
+
+
+def _collapse(x: Tensor) -> tuple[int, int] | None:
+    """(stride_t, stride_n) of a ``[T, *batch]`` view with the batch axes flattened row-major,
+    or None when the batch axes cannot be addressed with a single stride."""
+    stride_n = None
+    inner = 1
+    for size, stride in zip(reversed(x.shape[1:]), reversed(x.stride()[1:]), strict=True):
+        if size == 1:
+            continue
+        if stride_n is None:
+            stride_n = stride
+        elif stride != stride_n * inner:
+            return None
+        inner *= size
+    return (x.stride(0) if x.shape[0] > 1 else 0), (stride_n or 0)
+
+
+def _shared_strides(tensors: list[Tensor | None]) -> tuple[list[Tensor | None], tuple[int, int]]:
+    """One (stride_t, stride_n) pair for a group of per-step tensors read with the same
+    offsets. Common layouts already share one; otherwise (rare: mixed layouts in one call)
+    the group is copied to time-major contiguous tensors."""
+    given = [x for x in tensors if x is not None]
+    if not given:
+        return tensors, (0, 0)
+    pairs = {_collapse(x) for x in given}
+    if len(pairs) == 1 and None not in pairs:
+        return tensors, pairs.pop()
+    copied = [None if x is None else x.contiguous() for x in tensors]
+    return copied, _collapse(next(x for x in copied if x is not None))
+
+
+def _boundary_stride(x: Tensor | None) -> tuple[Tensor | None, int]:
+    if x is None:
+        return None, 0
+    pair = _collapse(x.unsqueeze(0))
+    if pair is None:
+        x = x.contiguous()
+        pair = _collapse(x.unsqueeze(0))
+    return x, pair[1]
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _plan(T: int, N: int, time_major: bool, device: torch.device):
+    """(BLOCK_T, BLOCK_N, CHUNK, n_chunks): tile shape and time split."""
+    if triton_interpreted():  # tiny tiles so that CPU tests reach every code path
+        block_t, block_n, min_chunk, target = 4, 4, 8, 4
+    else:
+        if time_major:
+            block_n = min(128, max(16, triton.next_power_of_2(N)))
+            block_t = 16 if block_n >= 64 else 32
+        else:
+            block_t, block_n = 64, 4
+        min_chunk = 16 * block_t
+        target = 2 * _sm_count(device.index or 0)
+    programs = triton.cdiv(N, block_n)
+    n_chunks = 1
+    if programs < target and T > min_chunk:
+        n_chunks = min(triton.cdiv(target, programs), triton.cdiv(T, min_chunk))
+    chunk = triton.cdiv(triton.cdiv(T, n_chunks), block_t) * block_t
+    return block_t, block_n, chunk, triton.cdiv(T, chunk)
+
+
+def _launch(kind, out0, out1=None, *, x=(), flags=(), coefs=(), boot=None, reverse=True,
+            trace=0, has_next=False, has_values=False):
+    T = out0.shape[0]
+    N = math.prod(out0.shape[1:])
+    acc = tl.float64 if out0.dtype == torch.float64 else tl.float32
+    x = list(x) + [None] * (5 - len(x))
+    flags = list(flags) + [None] * (2 - len(flags))
+    coefs = list(coefs) + [0.0] * (5 - len(coefs))
+    if acc == tl.float64:  # Triton passes Python floats as float32: keep float64 exact
+        coefs = [
+            torch.full((1,) * out0.dim(), c, dtype=torch.float64, device=out0.device).expand(
+                out0.shape
+            )
+            if isinstance(c, float)
+            else c
+            for c in coefs
+        ]
+    is_tensor = [isinstance(c, Tensor) for c in coefs]
+    x, (s_t, s_n) = _shared_strides(x)
+    flags, (f_t, f_n) = _shared_strides(flags)
+    tensor_coefs, (k_t, k_n) = _shared_strides([c if t else None for c, t in zip(coefs, is_tensor, strict=True)])
+    coefs = [tc if t else c for c, tc, t in zip(coefs, tensor_coefs, is_tensor, strict=True)]
+    boot, b_n = _boundary_stride(boot)
+
+    outs = [out0, out1]
+    results = list(outs)
+    for i, o in enumerate(outs):
+        if o is not None and _collapse(o) is None:  # an exotic out= layout: write via a copy
+            outs[i] = torch.empty(o.shape, dtype=o.dtype, device=o.device)
+    (o0_t, o0_n), (o1_t, o1_n) = _collapse(outs[0]), (
+        _collapse(outs[1]) if outs[1] is not None else (0, 0)
+    )
+    time_major = abs(s_t) >= abs(s_n) if s_n else True
+    block_t, block_n, chunk, n_chunks = _plan(T, N, time_major, out0.device)
+    grid = (triton.cdiv(N, block_n), n_chunks)
+    totals = None
+    if n_chunks > 1:
+        totals = torch.empty((2, n_chunks, N), dtype=torch.float64 if acc == tl.float64 else torch.float32, device=out0.device)
+    args = (
+        *x, *flags, *coefs, boot, outs[0], outs[1], totals, T, N, chunk,
+        s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n,
+    )
+    meta = dict(
+        KIND=kind, TRACE=trace, REVERSE=reverse, ACC=acc,
+        HAS_TERM=flags[0] is not None, HAS_TRUNC=flags[1] is not None, HAS_NEXT=has_next,
+        HAS_VALUES=has_values, HAS_BOOT=boot is not None,
+        G_T=is_tensor[0], L_T=is_tensor[1], K0_T=is_tensor[2], K1_T=is_tensor[3],
+        K2_T=is_tensor[4], BLOCK_T=block_t, BLOCK_N=block_n,
+    )
+    if n_chunks > 1:
+        kernels.scan_kernel[grid](*args, WRITE_TOTALS=True, READ_TOTALS=False, **meta)
+    kernels.scan_kernel[grid](*args, WRITE_TOTALS=False, READ_TOTALS=n_chunks > 1, **meta)
+    for o, r in zip(outs, results, strict=True):
+        if o is not r:
+            r.copy_(o)
+
+
+def linear_scan(a, b, initial, reverse, out):
+    _launch(0, out, x=(b,), coefs=(0.0, 0.0, a), boot=initial, reverse=reverse)
+
+
+def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out):
+    _launch(1, out[0], out[1], x=(rewards, values, next_values), flags=(terminated, truncated),
+            coefs=(gamma, lmbda), boot=bootstrap_value, has_next=next_values is not None,
+            has_values=True)
+
+
+def lambda_returns(rewards, values, terminated, truncated, next_values, bootstrap_value, gamma,
+                   lmbda, out):
+    _launch(2, out, x=(rewards, values, next_values), flags=(terminated, truncated),
+            coefs=(gamma, lmbda), boot=bootstrap_value, has_next=next_values is not None,
+            has_values=values is not None)
+
+
+def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_value, gamma, out):
+    _launch(3, out, x=(rewards, None, next_values), flags=(terminated, truncated),
+            coefs=(gamma,), boot=bootstrap_value, has_next=next_values is not None)
+
+
+def vtrace(rewards, values, target_log_probs, behavior_log_probs, terminated, truncated,
+           next_values, bootstrap_value, gamma, lmbda, rho_bar, c_bar, pg_rho_bar, out):
+    _launch(4, out[0], out[1],
+            x=(rewards, values, next_values, target_log_probs, behavior_log_probs),
+            flags=(terminated, truncated), coefs=(gamma, lmbda, rho_bar, c_bar, pg_rho_bar),
+            boot=bootstrap_value, has_next=next_values is not None, has_values=True)
+
+
+def retrace(rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs,
+            terminated, truncated, gamma, lmbda, c_bar, trace, out):
+    _launch(5, out,
+            x=(rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs),
+            flags=(terminated, truncated), coefs=(gamma, lmbda, 0.0, c_bar),
+            trace=TRACE_IDS[trace])
+
+
+def eligibility_traces(x, done, gamma, lmbda, initial, out):
+    _launch(6, out, x=(x,), flags=(done,), coefs=(gamma, lmbda), boot=initial, reverse=False)

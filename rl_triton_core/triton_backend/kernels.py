@@ -1,0 +1,276 @@
+"""Triton kernels: one generic fused scan kernel, specialised per estimator at compile time.
+
+A program owns ``BLOCK_N`` sequences and one chunk of the time axis. It walks the chunk in
+tiles of ``BLOCK_T`` steps (against the scan direction's order), builds each tile's
+coefficients ``(a_t, b_t)`` in registers from the raw inputs (:func:`_coefficients`), scans the
+tile with ``tl.associative_scan`` and :func:`_combine`, applies the carried state, writes the
+estimator's outputs and carries the state to the next tile. Nothing but the outputs is written.
+
+When there are too few sequences to fill the GPU, the time axis is split into chunks run by
+different programs (a chunked two-level scan): a first launch (``WRITE_TOTALS``) reduces each
+chunk to its composite map ``x_in -> x_out``; the second (``READ_TOTALS``) folds the composites
+of the chunks it depends on into its carry-in, then runs as above.
+
+Layout: element ``(t, n)`` of a per-step tensor is at ``t * stride_t + n * stride_n`` (the
+batch axes collapsed by the launcher); offsets are computed in int64. 16-bit and integer
+inputs are converted in registers; arithmetic is ``ACC`` (float32, or float64).
+"""
+
+import triton
+import triton.language as tl
+
+# Estimator ids (the KIND constexpr).
+SCAN = tl.constexpr(0)
+GAE = tl.constexpr(1)
+LAMBDA = tl.constexpr(2)
+DISCOUNTED = tl.constexpr(3)
+VTRACE = tl.constexpr(4)
+RETRACE = tl.constexpr(5)
+TRACES = tl.constexpr(6)
+# Retrace trace ids (the TRACE constexpr).
+TRACE_RETRACE = tl.constexpr(0)
+TRACE_TREE_BACKUP = tl.constexpr(1)
+TRACE_Q_LAMBDA = tl.constexpr(2)
+TRACE_IMPORTANCE = tl.constexpr(3)
+
+
+@triton.jit
+def _combine(a1, b1, a2, b2):
+    """The associative operator: apply (a1, b1), then (a2, b2). ``a2 == 0`` is a hard cut."""
+    return a1 * a2, tl.where(a2 == 0, b2, a2 * b1 + b2)
+
+
+@triton.jit
+def _apply(a, b, carry):
+    """a * carry + b; exactly b where a == 0 (a NaN carry does not cross a cut)."""
+    return tl.where(a == 0, b, a * carry + b)
+
+
+@triton.jit
+def _load(ptr, off, mask, ACC: tl.constexpr):
+    return tl.load(ptr + off, mask=mask, other=0).to(ACC)
+
+
+@triton.jit
+def _flag(ptr, off, mask, HAS: tl.constexpr):
+    """A flag tile as int1 (non-zero is true); all false when the flag tensor is absent."""
+    if HAS:
+        return tl.load(ptr + off, mask=mask, other=0) != 0
+    else:
+        return off < 0  # an all-false tile of the right shape (offsets are never negative)
+
+
+@triton.jit
+def _coef(k, off, mask, IS_TENSOR: tl.constexpr, ACC: tl.constexpr):
+    """gamma / lmbda / a threshold: a per-step tensor tile, or a scalar argument."""
+    if IS_TENSOR:
+        return tl.load(k + off, mask=mask, other=0).to(ACC)
+    else:
+        return k  # a float32 scalar argument (float64 calls pass tensors instead)
+
+
+@triton.jit
+def _min(w, bound):
+    return tl.minimum(w, bound + tl.zeros_like(w))
+
+
+@triton.jit
+def _next_value(x1, x2, boot, t, n, off, nxt, mask, T, s_t, b_n, ACC: tl.constexpr,
+                HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr):
+    """nv_t: next_values[t]; else values[t+1], and bootstrap_value at t = T-1 (0 if absent)."""
+    if HAS_NEXT:
+        nv = _load(x2, off, mask, ACC)
+    else:
+        inside = mask & (t + 1 < T)
+        nv = tl.zeros_like(off).to(ACC)
+        if HAS_VALUES:
+            nv = _load(x1, nxt, inside, ACC)
+        if HAS_BOOT:
+            edge = mask & (t + 1 == T)
+            boot_v = tl.load(boot + n.to(tl.int64) * b_n + 0 * t, mask=edge, other=0).to(ACC)
+            nv = tl.where(edge, boot_v, nv)
+    return nv
+
+
+@triton.jit
+def _coefficients(
+    x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot,
+    t, n, off, nxt, foff, fnxt, fprev, koff, knxt, mask, T, s_t, b_n,
+    KIND: tl.constexpr, TRACE: tl.constexpr, ACC: tl.constexpr,
+    HAS_TERM: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_NEXT: tl.constexpr,
+    HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr,
+    G_T: tl.constexpr, L_T: tl.constexpr, K0_T: tl.constexpr, K1_T: tl.constexpr,
+):
+    """(a_t, b_t) of one tile for estimator KIND (see the backend docstrings for the maths).
+
+    Returns ``a, b, c, term`` (``c``: the trace continues into step t+1).
+    """
+    is_term = _flag(term, foff, mask, HAS_TERM)
+    if KIND == TRACES:
+        # z_t = x_t + g_t l_t (1 - done_{t-1}) z_{t-1}
+        g = _coef(gamma, koff, mask, G_T, ACC) * _coef(lmbda, koff, mask, L_T, ACC)
+        prev_done = _flag(term, fprev, mask & (t > 0), HAS_TERM)
+        a = tl.where(prev_done, 0.0, g).to(ACC)
+        b = _load(x0, off, mask, ACC)
+        return a, b, ~prev_done, is_term
+    if KIND == SCAN:
+        a = _coef(k0, koff, mask, K0_T, ACC) + tl.zeros_like(off).to(ACC)
+        b = _load(x0, off, mask, ACC)
+        return a, b, a != 0, is_term
+    c = ~(is_term | _flag(trunc, foff, mask, HAS_TRUNC)) & (t + 1 < T)
+    g = _coef(gamma, koff, mask, G_T, ACC)
+    r = _load(x0, off, mask, ACC)
+    zero = tl.zeros_like(r)
+    if KIND == RETRACE:
+        # Q_t = r_t + g_t (1 - term_t) [E_t + c_t k_{t+1} (Q_{t+1} - q_{t+1})]
+        inside = mask & (t + 1 < T)
+        tlp = _load(x3, nxt, inside, ACC)
+        w = tl.exp(tlp - _load(x4, nxt, inside, ACC))
+        lam = _coef(lmbda, knxt, inside, L_T, ACC)
+        if TRACE == TRACE_RETRACE:
+            kappa = lam * _min(w, _coef(k1, knxt, inside, K1_T, ACC))
+        elif TRACE == TRACE_TREE_BACKUP:
+            kappa = lam * tl.exp(tlp)
+        elif TRACE == TRACE_Q_LAMBDA:
+            kappa = lam + zero
+        else:
+            kappa = lam * w
+        a = tl.where(c, g * kappa, zero)
+        q_next = _load(x1, nxt, inside, ACC)
+        e = _load(x2, off, mask, ACC)
+        b = r + tl.where(is_term, zero, g * e) - tl.where(c, a * q_next, zero)
+        return a, b, c, is_term
+    nv = _next_value(x1, x2, boot, t, n, off, nxt, mask, T, s_t, b_n, ACC,
+                     HAS_NEXT, HAS_VALUES, HAS_BOOT)
+    boot_term = tl.where(is_term, zero, g * nv)
+    if KIND == DISCOUNTED:
+        # G_t = r_t + g_t (1 - term_t) [c_t G_{t+1} + (1 - c_t) nv_t]
+        a = tl.where(c, g, zero)
+        b = r + tl.where(c, zero, boot_term)
+        return a, b, c, is_term
+    lam = _coef(lmbda, koff, mask, L_T, ACC)
+    if KIND == LAMBDA:
+        # G_t = r_t + g_t (1 - term_t) [(1 - l_t c_t) nv_t + l_t c_t G_{t+1}]
+        a = tl.where(c, g * lam, zero)
+        b = r + tl.where(c, (1 - lam) * boot_term, boot_term)
+        return a, b, c, is_term
+    v = _load(x1, off, mask, ACC)
+    if KIND == GAE:
+        # A_t = delta_t + g_t l_t c_t A_{t+1}
+        a = tl.where(c, g * lam, zero)
+        return a, r + boot_term - v, c, is_term
+    # VTRACE: D_t = rho_t delta_t + g_t kappa_t c_t D_{t+1}
+    w = tl.exp(_load(x3, off, mask, ACC) - _load(x4, off, mask, ACC))
+    rho = _min(w, _coef(k0, koff, mask, K0_T, ACC))
+    kappa = lam * _min(w, _coef(k1, koff, mask, K1_T, ACC))
+    a = tl.where(c, g * kappa, zero)
+    return a, rho * (r + boot_term - v), c, is_term
+
+
+@triton.jit
+def _row(x, rows, k):
+    """Row k of a [BLOCK_T, BLOCK_N] tile, as a [BLOCK_N] vector."""
+    return tl.sum(tl.where(rows[:, None] == k, x, 0), axis=0)
+
+
+@triton.jit(do_not_specialize=["T", "N"])
+def scan_kernel(
+    x0, x1, x2, x3, x4,  # per-step value inputs (meaning per KIND), strides s_t, s_n
+    term, trunc,  # flags, strides f_t, f_n
+    gamma, lmbda, k0, k1, k2,  # coefficients: scalars or tensors with strides k_t, k_n
+    boot,  # bootstrap_value / initial, stride b_n
+    out0, out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
+    totals,  # [2, n_chunks, N] chunk composites (A, B) in ACC
+    T, N, CHUNK,
+    s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n,
+    KIND: tl.constexpr, TRACE: tl.constexpr, REVERSE: tl.constexpr, ACC: tl.constexpr,
+    HAS_TERM: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_NEXT: tl.constexpr,
+    HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr,
+    G_T: tl.constexpr, L_T: tl.constexpr, K0_T: tl.constexpr, K1_T: tl.constexpr,
+    K2_T: tl.constexpr,
+    WRITE_TOTALS: tl.constexpr, READ_TOTALS: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    chunk = tl.program_id(1)
+    n_chunks = tl.num_programs(1)
+    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = n < N
+    n64 = n.to(tl.int64)
+    rows = tl.arange(0, BLOCK_T)
+    last = 0 if REVERSE else BLOCK_T - 1  # the tile row that the scan reaches last
+
+    # The carry entering this chunk: `boot` is the initial state for the generic scan and the
+    # traces; then the composites of the chunks that come before it in scan order.
+    carry = tl.zeros([BLOCK_N], dtype=ACC)
+    if HAS_BOOT and (KIND == SCAN or KIND == TRACES):
+        carry = tl.load(boot + n64 * b_n, mask=n_ok, other=0).to(ACC)
+    if READ_TOTALS:
+        if REVERSE:
+            for j in range(n_chunks - 1, chunk, -1):
+                a_j = tl.load(totals + j * N + n64, mask=n_ok, other=1)
+                b_j = tl.load(totals + (n_chunks + j) * N + n64, mask=n_ok, other=0)
+                carry = _apply(a_j, b_j, carry)
+        else:
+            for j in range(0, chunk):
+                a_j = tl.load(totals + j * N + n64, mask=n_ok, other=1)
+                b_j = tl.load(totals + (n_chunks + j) * N + n64, mask=n_ok, other=0)
+                carry = _apply(a_j, b_j, carry)
+
+    start = chunk * CHUNK
+    stop = tl.minimum(start + CHUNK, T)
+    n_tiles = tl.cdiv(stop - start, BLOCK_T)
+    total_a = tl.full([BLOCK_N], 1, dtype=ACC)
+    total_b = tl.zeros([BLOCK_N], dtype=ACC)
+    for i in range(0, n_tiles):
+        if REVERSE:
+            t0 = start + (n_tiles - 1 - i) * BLOCK_T
+        else:
+            t0 = start + i * BLOCK_T
+        t = t0 + rows[:, None]
+        mask = (t < stop) & n_ok[None, :]
+        t64 = t.to(tl.int64)
+        off = t64 * s_t + n64[None, :] * s_n
+        foff = t64 * f_t + n64[None, :] * f_n
+        koff = t64 * k_t + n64[None, :] * k_n
+        a, b, c, is_term = _coefficients(
+            x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot,
+            t, n[None, :], off, off + s_t, foff, foff + f_t, foff - f_t, koff, koff + k_t,
+            mask, T, s_t, b_n, KIND, TRACE, ACC, HAS_TERM, HAS_TRUNC, HAS_NEXT, HAS_VALUES,
+            HAS_BOOT, G_T, L_T, K0_T, K1_T,
+        )
+        a = tl.where(mask, a, 1)  # padding is the identity map
+        b = tl.where(mask, b, 0)
+        A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+        if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
+            total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
+        else:
+            x = _apply(A, B, carry[None, :])
+            x_out = x
+            if KIND == GAE:
+                tl.store(out1 + t64 * o1_t + n64[None, :] * o1_n,
+                         x + _load(x1, off, mask, ACC), mask=mask)
+            if KIND == VTRACE:
+                # vs_t = v_t + D_t; pg_t = min(pg_rho_bar, w_t) (r_t + g_t (1 - term_t) u_t - v_t)
+                # with u_t = vs_{t+1} where c_t, else nv_t.
+                v = _load(x1, off, mask, ACC)
+                x_out = x + v
+                below = tl.minimum(rows + 1, BLOCK_T - 1)[:, None] + 0 * n[None, :]
+                d_next = tl.gather(x, below, 0)
+                d_next = tl.where(rows[:, None] == BLOCK_T - 1, carry[None, :], d_next)
+                inside = mask & (t + 1 < T)
+                vs_next = _load(x1, off + s_t, inside, ACC) + d_next
+                nv = _next_value(x1, x2, boot, t, n[None, :], off, off + s_t, mask, T, s_t,
+                                 b_n, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT)
+                u = tl.where(c, vs_next, nv)
+                g = _coef(gamma, koff, mask, G_T, ACC)
+                r = _load(x0, off, mask, ACC)
+                w = tl.exp(_load(x3, off, mask, ACC) - _load(x4, off, mask, ACC))
+                pg_rho = _min(w, _coef(k2, koff, mask, K2_T, ACC))
+                pg = pg_rho * (r + tl.where(is_term, 0, g * u) - v)
+                tl.store(out1 + t64 * o1_t + n64[None, :] * o1_n, pg, mask=mask)
+            tl.store(out0 + t64 * o0_t + n64[None, :] * o0_n, x_out, mask=mask)
+            carry = _row(x, rows, last)
+    if WRITE_TOTALS:
+        tl.store(totals + chunk * N + n64, total_a, mask=n_ok)
+        tl.store(totals + (n_chunks + chunk) * N + n64, total_b, mask=n_ok)
