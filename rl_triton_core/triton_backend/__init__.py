@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -66,28 +67,61 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _plan(T: int, N: int, time_major: bool, device: torch.device):
-    """(BLOCK_T, BLOCK_N, CHUNK, n_chunks): tile shape and time split."""
+class Plan(NamedTuple):
+    """How one call is cut into programs (see ``kernels.scan_kernel``)."""
+
+    block_t: int  # steps scanned together in one tile
+    block_n: int  # sequences per program
+    unroll: int  # tiles per loop iteration
+    chunk: int  # steps per program along time (T when not split)
+    n_chunks: int  # programs along time
+    num_warps: int
+
+
+def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> Plan:
+    """Tile orientation from the layout; split time when there are too few sequences.
+
+    The shapes come from a sweep on an H200 (benchmarks/sweep_tiles.py); issue 4 tunes them.
+    """
+    max_chunks = 64  # the carry-in fold reads the totals of every earlier chunk
     if triton_interpreted():  # tiny tiles so that CPU tests reach every code path
-        block_t, block_n, min_chunk, target = 4, 4, 8, 4
+        block_t, block_n, unroll, warps = (1, 4, 4, 1) if time_major else (4, 2, 2, 1)
+        min_chunk, target = 8, 4
     else:
-        if time_major:
-            block_n = min(128, max(16, triton.next_power_of_2(N)))
-            block_t = 16 if block_n >= 64 else 32
-        else:
-            block_t, block_n = 64, 4
-        min_chunk = 16 * block_t
-        target = 2 * _sm_count(device.index or 0)
+        sms = _sm_count(device.index or 0)
+        if time_major and N >= 16384:  # each thread walks its own column row by row
+            block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms
+        elif time_major:
+            block_t, block_n, unroll, warps, target = 64, 32, 1, 8, 8 * sms
+        elif kind == kernels.VTRACE.value:  # its vs_{t+1} shuffle is cheap in short tiles
+            block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
+        else:  # time is contiguous: a parallel scan along it, one sequence per program
+            block_t, warps = (256, 2) if T <= 2048 else (512, 4)
+            block_n, unroll, target = 1, 1, 8 * sms
+        min_chunk = 4 * block_t * unroll
     programs = triton.cdiv(N, block_n)
+    step = block_t * unroll
     n_chunks = 1
     if programs < target and T > min_chunk:
-        n_chunks = min(triton.cdiv(target, programs), triton.cdiv(T, min_chunk))
-    chunk = triton.cdiv(triton.cdiv(T, n_chunks), block_t) * block_t
-    return block_t, block_n, chunk, triton.cdiv(T, chunk)
+        n_chunks = min(triton.cdiv(target, programs), triton.cdiv(T, min_chunk), max_chunks)
+    chunk = triton.cdiv(triton.cdiv(T, n_chunks), step) * step
+    return Plan(block_t, block_n, unroll, chunk, triton.cdiv(T, chunk), warps)
 
 
-def _launch(kind, out0, out1=None, *, x=(), flags=(), coefs=(), boot=None, reverse=True,
-            trace=0, has_next=False, has_values=False):
+def _launch(
+    kind,
+    out0,
+    out1=None,
+    *,
+    x=(),
+    flags=(),
+    coefs=(),
+    boot=None,
+    reverse=True,
+    trace=0,
+    has_next=False,
+    has_values=False,
+):
     T = out0.shape[0]
     N = math.prod(out0.shape[1:])
     acc = tl.float64 if out0.dtype == torch.float64 else tl.float32
@@ -106,7 +140,9 @@ def _launch(kind, out0, out1=None, *, x=(), flags=(), coefs=(), boot=None, rever
     is_tensor = [isinstance(c, Tensor) for c in coefs]
     x, (s_t, s_n) = _shared_strides(x)
     flags, (f_t, f_n) = _shared_strides(flags)
-    tensor_coefs, (k_t, k_n) = _shared_strides([c if t else None for c, t in zip(coefs, is_tensor, strict=True)])
+    tensor_coefs, (k_t, k_n) = _shared_strides(
+        [c if t else None for c, t in zip(coefs, is_tensor, strict=True)]
+    )
     coefs = [tc if t else c for c, tc, t in zip(coefs, tensor_coefs, is_tensor, strict=True)]
     boot, b_n = _boundary_stride(boot)
 
@@ -115,29 +151,73 @@ def _launch(kind, out0, out1=None, *, x=(), flags=(), coefs=(), boot=None, rever
     for i, o in enumerate(outs):
         if o is not None and _collapse(o) is None:  # an exotic out= layout: write via a copy
             outs[i] = torch.empty(o.shape, dtype=o.dtype, device=o.device)
-    (o0_t, o0_n), (o1_t, o1_n) = _collapse(outs[0]), (
-        _collapse(outs[1]) if outs[1] is not None else (0, 0)
+    (o0_t, o0_n), (o1_t, o1_n) = (
+        _collapse(outs[0]),
+        (_collapse(outs[1]) if outs[1] is not None else (0, 0)),
     )
     time_major = abs(s_t) >= abs(s_n) if s_n else True
-    block_t, block_n, chunk, n_chunks = _plan(T, N, time_major, out0.device)
-    grid = (triton.cdiv(N, block_n), n_chunks)
+    plan = _plan(kind, T, N, time_major, out0.device)
+    grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)
+    # The largest element offset any load or store can form (t + 1 steps, all sequences).
+    reach = max(
+        (T + 1) * abs(st) + N * abs(sn)
+        for st, sn in ((s_t, s_n), (f_t, f_n), (k_t, k_n), (o0_t, o0_n), (o1_t, o1_n), (0, b_n))
+    )
     totals = None
-    if n_chunks > 1:
-        totals = torch.empty((2, n_chunks, N), dtype=torch.float64 if acc == tl.float64 else torch.float32, device=out0.device)
+    if plan.n_chunks > 1:
+        totals = torch.empty(
+            (2, plan.n_chunks, N),
+            dtype=torch.float64 if acc == tl.float64 else torch.float32,
+            device=out0.device,
+        )
     args = (
-        *x, *flags, *coefs, boot, outs[0], outs[1], totals, T, N, chunk,
-        s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n,
+        *x,
+        *flags,
+        *coefs,
+        boot,
+        outs[0],
+        outs[1],
+        totals,
+        T,
+        N,
+        plan.chunk,
+        s_t,
+        s_n,
+        f_t,
+        f_n,
+        k_t,
+        k_n,
+        b_n,
+        o0_t,
+        o0_n,
+        o1_t,
+        o1_n,
     )
     meta = dict(
-        KIND=kind, TRACE=trace, REVERSE=reverse, ACC=acc,
-        HAS_TERM=flags[0] is not None, HAS_TRUNC=flags[1] is not None, HAS_NEXT=has_next,
-        HAS_VALUES=has_values, HAS_BOOT=boot is not None,
-        G_T=is_tensor[0], L_T=is_tensor[1], K0_T=is_tensor[2], K1_T=is_tensor[3],
-        K2_T=is_tensor[4], BLOCK_T=block_t, BLOCK_N=block_n,
+        KIND=kind,
+        TRACE=trace,
+        REVERSE=reverse,
+        ACC=acc,
+        HAS_TERM=flags[0] is not None,
+        HAS_TRUNC=flags[1] is not None,
+        HAS_NEXT=has_next,
+        HAS_VALUES=has_values,
+        HAS_BOOT=boot is not None,
+        G_T=is_tensor[0],
+        L_T=is_tensor[1],
+        K0_T=is_tensor[2],
+        K1_T=is_tensor[3],
+        K2_T=is_tensor[4],
+        IDX64=reach >= 2**31,
+        BLOCK_T=plan.block_t,
+        BLOCK_N=plan.block_n,
+        UNROLL=plan.unroll,
+        num_warps=plan.num_warps,
     )
-    if n_chunks > 1:
+    split = plan.n_chunks > 1
+    if split:
         kernels.scan_kernel[grid](*args, WRITE_TOTALS=True, READ_TOTALS=False, **meta)
-    kernels.scan_kernel[grid](*args, WRITE_TOTALS=False, READ_TOTALS=n_chunks > 1, **meta)
+    kernels.scan_kernel[grid](*args, WRITE_TOTALS=False, READ_TOTALS=split, **meta)
     for o, r in zip(outs, results, strict=True):
         if o is not r:
             r.copy_(o)
@@ -148,37 +228,97 @@ def linear_scan(a, b, initial, reverse, out):
 
 
 def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out):
-    _launch(1, out[0], out[1], x=(rewards, values, next_values), flags=(terminated, truncated),
-            coefs=(gamma, lmbda), boot=bootstrap_value, has_next=next_values is not None,
-            has_values=True)
+    _launch(
+        1,
+        out[0],
+        out[1],
+        x=(rewards, values, next_values),
+        flags=(terminated, truncated),
+        coefs=(gamma, lmbda),
+        boot=bootstrap_value,
+        has_next=next_values is not None,
+        has_values=True,
+    )
 
 
-def lambda_returns(rewards, values, terminated, truncated, next_values, bootstrap_value, gamma,
-                   lmbda, out):
-    _launch(2, out, x=(rewards, values, next_values), flags=(terminated, truncated),
-            coefs=(gamma, lmbda), boot=bootstrap_value, has_next=next_values is not None,
-            has_values=values is not None)
+def lambda_returns(
+    rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out
+):
+    _launch(
+        2,
+        out,
+        x=(rewards, values, next_values),
+        flags=(terminated, truncated),
+        coefs=(gamma, lmbda),
+        boot=bootstrap_value,
+        has_next=next_values is not None,
+        has_values=values is not None,
+    )
 
 
 def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_value, gamma, out):
-    _launch(3, out, x=(rewards, None, next_values), flags=(terminated, truncated),
-            coefs=(gamma,), boot=bootstrap_value, has_next=next_values is not None)
+    _launch(
+        3,
+        out,
+        x=(rewards, None, next_values),
+        flags=(terminated, truncated),
+        coefs=(gamma,),
+        boot=bootstrap_value,
+        has_next=next_values is not None,
+    )
 
 
-def vtrace(rewards, values, target_log_probs, behavior_log_probs, terminated, truncated,
-           next_values, bootstrap_value, gamma, lmbda, rho_bar, c_bar, pg_rho_bar, out):
-    _launch(4, out[0], out[1],
-            x=(rewards, values, next_values, target_log_probs, behavior_log_probs),
-            flags=(terminated, truncated), coefs=(gamma, lmbda, rho_bar, c_bar, pg_rho_bar),
-            boot=bootstrap_value, has_next=next_values is not None, has_values=True)
+def vtrace(
+    rewards,
+    values,
+    target_log_probs,
+    behavior_log_probs,
+    terminated,
+    truncated,
+    next_values,
+    bootstrap_value,
+    gamma,
+    lmbda,
+    rho_bar,
+    c_bar,
+    pg_rho_bar,
+    out,
+):
+    _launch(
+        4,
+        out[0],
+        out[1],
+        x=(rewards, values, next_values, target_log_probs, behavior_log_probs),
+        flags=(terminated, truncated),
+        coefs=(gamma, lmbda, rho_bar, c_bar, pg_rho_bar),
+        boot=bootstrap_value,
+        has_next=next_values is not None,
+        has_values=True,
+    )
 
 
-def retrace(rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs,
-            terminated, truncated, gamma, lmbda, c_bar, trace, out):
-    _launch(5, out,
-            x=(rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs),
-            flags=(terminated, truncated), coefs=(gamma, lmbda, 0.0, c_bar),
-            trace=TRACE_IDS[trace])
+def retrace(
+    rewards,
+    q_values,
+    next_expected_q,
+    target_log_probs,
+    behavior_log_probs,
+    terminated,
+    truncated,
+    gamma,
+    lmbda,
+    c_bar,
+    trace,
+    out,
+):
+    _launch(
+        5,
+        out,
+        x=(rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs),
+        flags=(terminated, truncated),
+        coefs=(gamma, lmbda, 0.0, c_bar),
+        trace=TRACE_IDS[trace],
+    )
 
 
 def eligibility_traces(x, done, gamma, lmbda, initial, out):

@@ -75,8 +75,23 @@ def _min(w, bound):
 
 
 @triton.jit
-def _next_value(x1, x2, boot, t, n, off, nxt, mask, T, s_t, b_n, ACC: tl.constexpr,
-                HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr):
+def _next_value(
+    x1,
+    x2,
+    boot,
+    t,
+    n,
+    off,
+    nxt,
+    mask,
+    T,
+    s_t,
+    b_n,
+    ACC: tl.constexpr,
+    HAS_NEXT: tl.constexpr,
+    HAS_VALUES: tl.constexpr,
+    HAS_BOOT: tl.constexpr,
+):
     """nv_t: next_values[t]; else values[t+1], and bootstrap_value at t = T-1 (0 if absent)."""
     if HAS_NEXT:
         nv = _load(x2, off, mask, ACC)
@@ -94,35 +109,64 @@ def _next_value(x1, x2, boot, t, n, off, nxt, mask, T, s_t, b_n, ACC: tl.constex
 
 @triton.jit
 def _coefficients(
-    x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot,
-    t, n, off, nxt, foff, fnxt, fprev, koff, knxt, mask, T, s_t, b_n,
-    KIND: tl.constexpr, TRACE: tl.constexpr, ACC: tl.constexpr,
-    HAS_TERM: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_NEXT: tl.constexpr,
-    HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr,
-    G_T: tl.constexpr, L_T: tl.constexpr, K0_T: tl.constexpr, K1_T: tl.constexpr,
+    x0,
+    x1,
+    x2,
+    x3,
+    x4,
+    term,
+    trunc,
+    gamma,
+    lmbda,
+    k0,
+    k1,
+    boot,
+    t,
+    n,
+    off,
+    nxt,
+    foff,
+    fnxt,
+    fprev,
+    koff,
+    knxt,
+    mask,
+    T,
+    s_t,
+    b_n,
+    KIND: tl.constexpr,
+    TRACE: tl.constexpr,
+    ACC: tl.constexpr,
+    HAS_TERM: tl.constexpr,
+    HAS_TRUNC: tl.constexpr,
+    HAS_NEXT: tl.constexpr,
+    HAS_VALUES: tl.constexpr,
+    HAS_BOOT: tl.constexpr,
+    G_T: tl.constexpr,
+    L_T: tl.constexpr,
+    K0_T: tl.constexpr,
+    K1_T: tl.constexpr,
 ):
     """(a_t, b_t) of one tile for estimator KIND (see the backend docstrings for the maths).
 
-    Returns ``a, b, c, term`` (``c``: the trace continues into step t+1).
+    Returns ``a, b, c, is_term`` (``c``: the trace continues into step t+1). One if/elif
+    chain on constexprs, so that each specialisation compiles only its own branch.
     """
     is_term = _flag(term, foff, mask, HAS_TERM)
+    zero = tl.zeros_like(off).to(ACC)
+    c = ~(is_term | _flag(trunc, foff, mask, HAS_TRUNC)) & (t + 1 < T)
     if KIND == TRACES:
         # z_t = x_t + g_t l_t (1 - done_{t-1}) z_{t-1}
         g = _coef(gamma, koff, mask, G_T, ACC) * _coef(lmbda, koff, mask, L_T, ACC)
         prev_done = _flag(term, fprev, mask & (t > 0), HAS_TERM)
-        a = tl.where(prev_done, 0.0, g).to(ACC)
+        a = tl.where(prev_done, zero, g + zero)
         b = _load(x0, off, mask, ACC)
-        return a, b, ~prev_done, is_term
-    if KIND == SCAN:
-        a = _coef(k0, koff, mask, K0_T, ACC) + tl.zeros_like(off).to(ACC)
+    elif KIND == SCAN:
+        a = _coef(k0, koff, mask, K0_T, ACC) + zero
         b = _load(x0, off, mask, ACC)
-        return a, b, a != 0, is_term
-    c = ~(is_term | _flag(trunc, foff, mask, HAS_TRUNC)) & (t + 1 < T)
-    g = _coef(gamma, koff, mask, G_T, ACC)
-    r = _load(x0, off, mask, ACC)
-    zero = tl.zeros_like(r)
-    if KIND == RETRACE:
+    elif KIND == RETRACE:
         # Q_t = r_t + g_t (1 - term_t) [E_t + c_t k_{t+1} (Q_{t+1} - q_{t+1})]
+        g = _coef(gamma, koff, mask, G_T, ACC)
         inside = mask & (t + 1 < T)
         tlp = _load(x3, nxt, inside, ACC)
         w = tl.exp(tlp - _load(x4, nxt, inside, ACC))
@@ -138,33 +182,37 @@ def _coefficients(
         a = tl.where(c, g * kappa, zero)
         q_next = _load(x1, nxt, inside, ACC)
         e = _load(x2, off, mask, ACC)
-        b = r + tl.where(is_term, zero, g * e) - tl.where(c, a * q_next, zero)
-        return a, b, c, is_term
-    nv = _next_value(x1, x2, boot, t, n, off, nxt, mask, T, s_t, b_n, ACC,
-                     HAS_NEXT, HAS_VALUES, HAS_BOOT)
-    boot_term = tl.where(is_term, zero, g * nv)
-    if KIND == DISCOUNTED:
-        # G_t = r_t + g_t (1 - term_t) [c_t G_{t+1} + (1 - c_t) nv_t]
-        a = tl.where(c, g, zero)
-        b = r + tl.where(c, zero, boot_term)
-        return a, b, c, is_term
-    lam = _coef(lmbda, koff, mask, L_T, ACC)
-    if KIND == LAMBDA:
-        # G_t = r_t + g_t (1 - term_t) [(1 - l_t c_t) nv_t + l_t c_t G_{t+1}]
-        a = tl.where(c, g * lam, zero)
-        b = r + tl.where(c, (1 - lam) * boot_term, boot_term)
-        return a, b, c, is_term
-    v = _load(x1, off, mask, ACC)
-    if KIND == GAE:
-        # A_t = delta_t + g_t l_t c_t A_{t+1}
-        a = tl.where(c, g * lam, zero)
-        return a, r + boot_term - v, c, is_term
-    # VTRACE: D_t = rho_t delta_t + g_t kappa_t c_t D_{t+1}
-    w = tl.exp(_load(x3, off, mask, ACC) - _load(x4, off, mask, ACC))
-    rho = _min(w, _coef(k0, koff, mask, K0_T, ACC))
-    kappa = lam * _min(w, _coef(k1, koff, mask, K1_T, ACC))
-    a = tl.where(c, g * kappa, zero)
-    return a, rho * (r + boot_term - v), c, is_term
+        b = _load(x0, off, mask, ACC) + tl.where(is_term, zero, g * e)
+        b -= tl.where(c, a * q_next, zero)
+    else:
+        g = _coef(gamma, koff, mask, G_T, ACC)
+        r = _load(x0, off, mask, ACC)
+        nv = _next_value(
+            x1, x2, boot, t, n, off, nxt, mask, T, s_t, b_n, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT
+        )
+        boot_term = tl.where(is_term, zero, g * nv)
+        if KIND == DISCOUNTED:
+            # G_t = r_t + g_t (1 - term_t) [c_t G_{t+1} + (1 - c_t) nv_t]
+            a = tl.where(c, g + zero, zero)
+            b = r + tl.where(c, zero, boot_term)
+        elif KIND == LAMBDA:
+            # G_t = r_t + g_t (1 - term_t) [(1 - l_t c_t) nv_t + l_t c_t G_{t+1}]
+            lam = _coef(lmbda, koff, mask, L_T, ACC)
+            a = tl.where(c, g * lam, zero)
+            b = r + tl.where(c, (1 - lam) * boot_term, boot_term)
+        elif KIND == GAE:
+            # A_t = delta_t + g_t l_t c_t A_{t+1}
+            lam = _coef(lmbda, koff, mask, L_T, ACC)
+            a = tl.where(c, g * lam + zero, zero)
+            b = r + boot_term - _load(x1, off, mask, ACC)
+        else:  # VTRACE: D_t = rho_t delta_t + g_t kappa_t c_t D_{t+1}
+            lam = _coef(lmbda, koff, mask, L_T, ACC)
+            w = tl.exp(_load(x3, off, mask, ACC) - _load(x4, off, mask, ACC))
+            rho = _min(w, _coef(k0, koff, mask, K0_T, ACC))
+            kappa = lam * _min(w, _coef(k1, koff, mask, K1_T, ACC))
+            a = tl.where(c, g * kappa, zero)
+            b = rho * (r + boot_term - _load(x1, off, mask, ACC))
+    return a, b, c, is_term
 
 
 @triton.jit
@@ -173,24 +221,222 @@ def _row(x, rows, k):
     return tl.sum(tl.where(rows[:, None] == k, x, 0), axis=0)
 
 
-@triton.jit(do_not_specialize=["T", "N"])
-def scan_kernel(
-    x0, x1, x2, x3, x4,  # per-step value inputs (meaning per KIND), strides s_t, s_n
-    term, trunc,  # flags, strides f_t, f_n
-    gamma, lmbda, k0, k1, k2,  # coefficients: scalars or tensors with strides k_t, k_n
-    boot,  # bootstrap_value / initial, stride b_n
-    out0, out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
-    totals,  # [2, n_chunks, N] chunk composites (A, B) in ACC
-    T, N, CHUNK,
-    s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n,
-    KIND: tl.constexpr, TRACE: tl.constexpr, REVERSE: tl.constexpr, ACC: tl.constexpr,
-    HAS_TERM: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_NEXT: tl.constexpr,
-    HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr,
-    G_T: tl.constexpr, L_T: tl.constexpr, K0_T: tl.constexpr, K1_T: tl.constexpr,
+@triton.jit
+def _tile(
+    x0,
+    x1,
+    x2,
+    x3,
+    x4,
+    term,
+    trunc,
+    gamma,
+    lmbda,
+    k0,
+    k1,
+    k2,
+    boot,
+    out0,
+    out1,
+    t0,
+    rows,
+    n,
+    n_ok,
+    carry,
+    total_a,
+    total_b,
+    stop,
+    T,
+    s_t,
+    s_n,
+    f_t,
+    f_n,
+    k_t,
+    k_n,
+    b_n,
+    o0_t,
+    o0_n,
+    o1_t,
+    o1_n,
+    KIND: tl.constexpr,
+    TRACE: tl.constexpr,
+    REVERSE: tl.constexpr,
+    ACC: tl.constexpr,
+    HAS_TERM: tl.constexpr,
+    HAS_TRUNC: tl.constexpr,
+    HAS_NEXT: tl.constexpr,
+    HAS_VALUES: tl.constexpr,
+    HAS_BOOT: tl.constexpr,
+    G_T: tl.constexpr,
+    L_T: tl.constexpr,
+    K0_T: tl.constexpr,
+    K1_T: tl.constexpr,
     K2_T: tl.constexpr,
-    WRITE_TOTALS: tl.constexpr, READ_TOTALS: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+    WRITE_TOTALS: tl.constexpr,
+    IDX64: tl.constexpr,
+    BLOCK_T: tl.constexpr,
 ):
+    """One tile of BLOCK_T steps x BLOCK_N sequences: build (a, b), scan, apply the carry,
+    write the outputs (or fold the tile into the chunk's composite). Returns the new state."""
+    t = t0 + rows[:, None]
+    mask = (t < stop) & n_ok[None, :]
+    if IDX64:  # offsets past 2**31 elements
+        ti = t.to(tl.int64)
+        ni = n.to(tl.int64)[None, :]
+    else:
+        ti = t
+        ni = n[None, :]
+    off = ti * s_t + ni * s_n
+    foff = ti * f_t + ni * f_n
+    koff = ti * k_t + ni * k_n
+    last = 0 if REVERSE else BLOCK_T - 1  # the tile row that the scan reaches last
+    a, b, c, is_term = _coefficients(
+        x0,
+        x1,
+        x2,
+        x3,
+        x4,
+        term,
+        trunc,
+        gamma,
+        lmbda,
+        k0,
+        k1,
+        boot,
+        t,
+        ni,
+        off,
+        off + s_t,
+        foff,
+        foff + f_t,
+        foff - f_t,
+        koff,
+        koff + k_t,
+        mask,
+        T,
+        s_t,
+        b_n,
+        KIND,
+        TRACE,
+        ACC,
+        HAS_TERM,
+        HAS_TRUNC,
+        HAS_NEXT,
+        HAS_VALUES,
+        HAS_BOOT,
+        G_T,
+        L_T,
+        K0_T,
+        K1_T,
+    )
+    a = tl.where(mask, a, 1)  # padding is the identity map
+    b = tl.where(mask, b, 0)
+    A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+    if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
+        total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
+    else:
+        x = _apply(A, B, carry[None, :])
+        x_out = x
+        if KIND == GAE:  # returns = advantages + values
+            ret = x + _load(x1, off, mask, ACC)
+            tl.store(out1 + ti * o1_t + ni * o1_n, ret, mask=mask)
+        if KIND == VTRACE:
+            # vs_t = v_t + D_t; pg_t = min(pg_rho_bar, w_t) (r_t + g_t (1 - term_t) u_t - v_t)
+            # with u_t = vs_{t+1} where c_t, else nv_t. D_{t+1} of the tile's last row is the
+            # carry that entered the tile.
+            v = _load(x1, off, mask, ACC)
+            x_out = x + v
+            below = tl.minimum(rows + 1, BLOCK_T - 1)[:, None] + 0 * n[None, :]
+            d_next = tl.gather(x, below, 0)
+            d_next = tl.where(rows[:, None] == BLOCK_T - 1, carry[None, :], d_next)
+            inside = mask & (t + 1 < T)
+            vs_next = _load(x1, off + s_t, inside, ACC) + d_next
+            nv = _next_value(
+                x1,
+                x2,
+                boot,
+                t,
+                ni,
+                off,
+                off + s_t,
+                mask,
+                T,
+                s_t,
+                b_n,
+                ACC,
+                HAS_NEXT,
+                HAS_VALUES,
+                HAS_BOOT,
+            )
+            u = tl.where(c, vs_next, nv)
+            g = _coef(gamma, koff, mask, G_T, ACC)
+            r = _load(x0, off, mask, ACC)
+            w = tl.exp(_load(x3, off, mask, ACC) - _load(x4, off, mask, ACC))
+            pg_rho = _min(w, _coef(k2, koff, mask, K2_T, ACC))
+            pg = pg_rho * (r + tl.where(is_term, 0, g * u) - v)
+            tl.store(out1 + ti * o1_t + ni * o1_n, pg, mask=mask)
+        tl.store(out0 + ti * o0_t + ni * o0_n, x_out, mask=mask)
+        carry = _row(x, rows, last)
+    return carry, total_a, total_b
+
+
+@triton.jit(do_not_specialize=["T", "N", "CHUNK"])
+def scan_kernel(
+    x0,
+    x1,
+    x2,
+    x3,
+    x4,  # per-step value inputs (meaning per KIND), strides s_t, s_n
+    term,
+    trunc,  # flags, strides f_t, f_n
+    gamma,
+    lmbda,
+    k0,
+    k1,
+    k2,  # coefficients: scalars, or tensors with strides k_t, k_n
+    boot,  # bootstrap_value / initial, stride b_n
+    out0,
+    out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
+    totals,  # [2, n_chunks, N] chunk composites (A, B) in ACC
+    T,
+    N,
+    CHUNK,
+    s_t,
+    s_n,
+    f_t,
+    f_n,
+    k_t,
+    k_n,
+    b_n,
+    o0_t,
+    o0_n,
+    o1_t,
+    o1_n,
+    KIND: tl.constexpr,
+    TRACE: tl.constexpr,
+    REVERSE: tl.constexpr,
+    ACC: tl.constexpr,
+    HAS_TERM: tl.constexpr,
+    HAS_TRUNC: tl.constexpr,
+    HAS_NEXT: tl.constexpr,
+    HAS_VALUES: tl.constexpr,
+    HAS_BOOT: tl.constexpr,
+    G_T: tl.constexpr,
+    L_T: tl.constexpr,
+    K0_T: tl.constexpr,
+    K1_T: tl.constexpr,
+    K2_T: tl.constexpr,
+    WRITE_TOTALS: tl.constexpr,
+    READ_TOTALS: tl.constexpr,
+    IDX64: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UNROLL: tl.constexpr,
+):
+    """Grid ``(cdiv(N, BLOCK_N), n_chunks)``. Each loop iteration handles UNROLL consecutive
+    tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread sequential
+    recurrence over rows (time-major layouts: each thread owns columns), a large BLOCK_T a
+    parallel scan along time (batch-major layouts: time is the contiguous axis)."""
     pid_n = tl.program_id(0)
     chunk = tl.program_id(1)
     n_chunks = tl.num_programs(1)
@@ -198,7 +444,6 @@ def scan_kernel(
     n_ok = n < N
     n64 = n.to(tl.int64)
     rows = tl.arange(0, BLOCK_T)
-    last = 0 if REVERSE else BLOCK_T - 1  # the tile row that the scan reaches last
 
     # The carry entering this chunk: `boot` is the initial state for the generic scan and the
     # traces; then the composites of the chunks that come before it in scan order.
@@ -217,60 +462,72 @@ def scan_kernel(
                 b_j = tl.load(totals + (n_chunks + j) * N + n64, mask=n_ok, other=0)
                 carry = _apply(a_j, b_j, carry)
 
+    STEP: tl.constexpr = BLOCK_T * UNROLL
     start = chunk * CHUNK
     stop = tl.minimum(start + CHUNK, T)
-    n_tiles = tl.cdiv(stop - start, BLOCK_T)
+    n_iters = tl.cdiv(stop - start, STEP)
     total_a = tl.full([BLOCK_N], 1, dtype=ACC)
     total_b = tl.zeros([BLOCK_N], dtype=ACC)
-    for i in range(0, n_tiles):
-        if REVERSE:
-            t0 = start + (n_tiles - 1 - i) * BLOCK_T
-        else:
-            t0 = start + i * BLOCK_T
-        t = t0 + rows[:, None]
-        mask = (t < stop) & n_ok[None, :]
-        t64 = t.to(tl.int64)
-        off = t64 * s_t + n64[None, :] * s_n
-        foff = t64 * f_t + n64[None, :] * f_n
-        koff = t64 * k_t + n64[None, :] * k_n
-        a, b, c, is_term = _coefficients(
-            x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot,
-            t, n[None, :], off, off + s_t, foff, foff + f_t, foff - f_t, koff, koff + k_t,
-            mask, T, s_t, b_n, KIND, TRACE, ACC, HAS_TERM, HAS_TRUNC, HAS_NEXT, HAS_VALUES,
-            HAS_BOOT, G_T, L_T, K0_T, K1_T,
-        )
-        a = tl.where(mask, a, 1)  # padding is the identity map
-        b = tl.where(mask, b, 0)
-        A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
-        if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
-            total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
-        else:
-            x = _apply(A, B, carry[None, :])
-            x_out = x
-            if KIND == GAE:
-                tl.store(out1 + t64 * o1_t + n64[None, :] * o1_n,
-                         x + _load(x1, off, mask, ACC), mask=mask)
-            if KIND == VTRACE:
-                # vs_t = v_t + D_t; pg_t = min(pg_rho_bar, w_t) (r_t + g_t (1 - term_t) u_t - v_t)
-                # with u_t = vs_{t+1} where c_t, else nv_t.
-                v = _load(x1, off, mask, ACC)
-                x_out = x + v
-                below = tl.minimum(rows + 1, BLOCK_T - 1)[:, None] + 0 * n[None, :]
-                d_next = tl.gather(x, below, 0)
-                d_next = tl.where(rows[:, None] == BLOCK_T - 1, carry[None, :], d_next)
-                inside = mask & (t + 1 < T)
-                vs_next = _load(x1, off + s_t, inside, ACC) + d_next
-                nv = _next_value(x1, x2, boot, t, n[None, :], off, off + s_t, mask, T, s_t,
-                                 b_n, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT)
-                u = tl.where(c, vs_next, nv)
-                g = _coef(gamma, koff, mask, G_T, ACC)
-                r = _load(x0, off, mask, ACC)
-                w = tl.exp(_load(x3, off, mask, ACC) - _load(x4, off, mask, ACC))
-                pg_rho = _min(w, _coef(k2, koff, mask, K2_T, ACC))
-                pg = pg_rho * (r + tl.where(is_term, 0, g * u) - v)
-                tl.store(out1 + t64 * o1_t + n64[None, :] * o1_n, pg, mask=mask)
-            tl.store(out0 + t64 * o0_t + n64[None, :] * o0_n, x_out, mask=mask)
-            carry = _row(x, rows, last)
+    for i in range(0, n_iters):
+        for k in tl.static_range(UNROLL):
+            if REVERSE:
+                t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
+            else:
+                t0 = start + i * STEP + k * BLOCK_T
+            carry, total_a, total_b = _tile(
+                x0,
+                x1,
+                x2,
+                x3,
+                x4,
+                term,
+                trunc,
+                gamma,
+                lmbda,
+                k0,
+                k1,
+                k2,
+                boot,
+                out0,
+                out1,
+                t0,
+                rows,
+                n,
+                n_ok,
+                carry,
+                total_a,
+                total_b,
+                stop,
+                T,
+                s_t,
+                s_n,
+                f_t,
+                f_n,
+                k_t,
+                k_n,
+                b_n,
+                o0_t,
+                o0_n,
+                o1_t,
+                o1_n,
+                KIND,
+                TRACE,
+                REVERSE,
+                ACC,
+                HAS_TERM,
+                HAS_TRUNC,
+                HAS_NEXT,
+                HAS_VALUES,
+                HAS_BOOT,
+                G_T,
+                L_T,
+                K0_T,
+                K1_T,
+                K2_T,
+                WRITE_TOTALS,
+                IDX64,
+                BLOCK_T,
+            )
     if WRITE_TOTALS:
         tl.store(totals + chunk * N + n64, total_a, mask=n_ok)
         tl.store(totals + (n_chunks + chunk) * N + n64, total_b, mask=n_ok)
