@@ -108,6 +108,78 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     return Plan(block_t, block_n, unroll, chunk, triton.cdiv(T, chunk), warps)
 
 
+class _Launch(NamedTuple):
+    """Everything about a launch that depends only on shapes, strides and dtypes."""
+
+    strides: tuple[int, ...]  # s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n
+    plan: Plan
+    grid: tuple[int, int]
+    meta: dict
+    totals_dtype: torch.dtype
+
+
+# Launch descriptions by call signature: a training loop calls with the same shapes every
+# step, so after the first call a launch costs a dict lookup plus Triton's own dispatch.
+_LAUNCHES: dict[tuple, _Launch] = {}
+
+
+def _signature(t: Tensor | None):
+    return None if t is None else (t.shape, t.stride(), t.dtype)
+
+
+def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs) -> _Launch:
+    """Strides, plan and compile-time flags of a call whose tensors need no copies."""
+    out0 = outs[0]
+    T, N = out0.shape[0], math.prod(out0.shape[1:])
+    acc = tl.float64 if out0.dtype == torch.float64 else tl.float32
+    tensor_coefs = [c if isinstance(c, Tensor) else None for c in coefs]
+    (s_t, s_n), (f_t, f_n) = _shared_strides(x)[1], _shared_strides(flags)[1]
+    k_t, k_n = _shared_strides(tensor_coefs)[1]
+    b_n = _boundary_stride(boot)[1]
+    (o0_t, o0_n) = _collapse(out0)
+    (o1_t, o1_n) = _collapse(outs[1]) if outs[1] is not None else (0, 0)
+    time_major = abs(s_t) >= abs(s_n) if s_n else True
+    plan = _plan(kind, T, N, time_major, out0.device)
+    strides = (s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n)
+    # The largest element offset any load or store can form (t + 1 steps, all sequences).
+    reach = max((T + 1) * abs(st) + N * abs(sn) for st, sn in zip(strides[::2], strides[1::2]))
+    meta = dict(
+        KIND=kind,
+        TRACE=trace,
+        REVERSE=reverse,
+        ACC=acc,
+        HAS_TERM=flags[0] is not None,
+        HAS_TRUNC=flags[1] is not None,
+        HAS_NEXT=has_next,
+        HAS_VALUES=has_values,
+        HAS_BOOT=boot is not None,
+        G_T=tensor_coefs[0] is not None,
+        L_T=tensor_coefs[1] is not None,
+        K0_T=tensor_coefs[2] is not None,
+        K1_T=tensor_coefs[3] is not None,
+        K2_T=tensor_coefs[4] is not None,
+        IDX64=max(reach, b_n * N) >= 2**31,
+        BLOCK_T=plan.block_t,
+        BLOCK_N=plan.block_n,
+        UNROLL=plan.unroll,
+        num_warps=plan.num_warps,
+    )
+    grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)
+    totals_dtype = torch.float64 if acc == tl.float64 else torch.float32
+    return _Launch(strides, plan, grid, meta, totals_dtype)
+
+
+def _needs_copies(x, flags, coefs, boot, outs) -> bool:
+    """Rare layouts that the kernel cannot address in place (see ``_shared_strides``)."""
+    for group in (x, flags, [c for c in coefs if isinstance(c, Tensor)]):
+        pairs = {_collapse(t) for t in group if t is not None}
+        if len(pairs) > 1 or None in pairs:
+            return True
+    return (boot is not None and _collapse(boot.unsqueeze(0)) is None) or any(
+        o is not None and _collapse(o) is None for o in outs
+    )
+
+
 def _launch(
     kind,
     out0,
@@ -122,102 +194,57 @@ def _launch(
     has_next=False,
     has_values=False,
 ):
-    T = out0.shape[0]
-    N = math.prod(out0.shape[1:])
-    acc = tl.float64 if out0.dtype == torch.float64 else tl.float32
-    x = list(x) + [None] * (5 - len(x))
-    flags = list(flags) + [None] * (2 - len(flags))
-    coefs = list(coefs) + [0.0] * (5 - len(coefs))
-    if acc == tl.float64:  # Triton passes Python floats as float32: keep float64 exact
-        coefs = [
-            torch.full((1,) * out0.dim(), c, dtype=torch.float64, device=out0.device).expand(
-                out0.shape
-            )
+    x = (*x, *(None,) * (5 - len(x)))
+    flags = (*flags, *(None,) * (2 - len(flags)))
+    coefs = (*coefs, *(0.0,) * (5 - len(coefs)))
+    outs = results = (out0, out1)
+    if out0.dtype == torch.float64:  # Triton passes Python floats as float32: keep float64
+        coefs = tuple(
+            torch.tensor(c, dtype=torch.float64, device=out0.device).expand(out0.shape)
             if isinstance(c, float)
             else c
             for c in coefs
-        ]
-    is_tensor = [isinstance(c, Tensor) for c in coefs]
-    x, (s_t, s_n) = _shared_strides(x)
-    flags, (f_t, f_n) = _shared_strides(flags)
-    tensor_coefs, (k_t, k_n) = _shared_strides(
-        [c if t else None for c, t in zip(coefs, is_tensor, strict=True)]
-    )
-    coefs = [tc if t else c for c, tc, t in zip(coefs, tensor_coefs, is_tensor, strict=True)]
-    boot, b_n = _boundary_stride(boot)
-
-    outs = [out0, out1]
-    results = list(outs)
-    for i, o in enumerate(outs):
-        if o is not None and _collapse(o) is None:  # an exotic out= layout: write via a copy
-            outs[i] = torch.empty(o.shape, dtype=o.dtype, device=o.device)
-    (o0_t, o0_n), (o1_t, o1_n) = (
-        _collapse(outs[0]),
-        (_collapse(outs[1]) if outs[1] is not None else (0, 0)),
-    )
-    time_major = abs(s_t) >= abs(s_n) if s_n else True
-    plan = _plan(kind, T, N, time_major, out0.device)
-    grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)
-    # The largest element offset any load or store can form (t + 1 steps, all sequences).
-    reach = max(
-        (T + 1) * abs(st) + N * abs(sn)
-        for st, sn in ((s_t, s_n), (f_t, f_n), (k_t, k_n), (o0_t, o0_n), (o1_t, o1_n), (0, b_n))
-    )
-    totals = None
-    if plan.n_chunks > 1:
-        totals = torch.empty(
-            (2, plan.n_chunks, N),
-            dtype=torch.float64 if acc == tl.float64 else torch.float32,
-            device=out0.device,
         )
-    args = (
-        *x,
-        *flags,
-        *coefs,
-        boot,
-        outs[0],
-        outs[1],
-        totals,
-        T,
-        N,
-        plan.chunk,
-        s_t,
-        s_n,
-        f_t,
-        f_n,
-        k_t,
-        k_n,
-        b_n,
-        o0_t,
-        o0_n,
-        o1_t,
-        o1_n,
+    key = (
+        kind,
+        trace,
+        reverse,
+        has_next,
+        has_values,
+        out0.device,
+        *map(_signature, (*x, *flags, boot, out0, out1)),
+        *(_signature(c) if isinstance(c, Tensor) else None for c in coefs),
     )
-    meta = dict(
-        KIND=kind,
-        TRACE=trace,
-        REVERSE=reverse,
-        ACC=acc,
-        HAS_TERM=flags[0] is not None,
-        HAS_TRUNC=flags[1] is not None,
-        HAS_NEXT=has_next,
-        HAS_VALUES=has_values,
-        HAS_BOOT=boot is not None,
-        G_T=is_tensor[0],
-        L_T=is_tensor[1],
-        K0_T=is_tensor[2],
-        K1_T=is_tensor[3],
-        K2_T=is_tensor[4],
-        IDX64=reach >= 2**31,
-        BLOCK_T=plan.block_t,
-        BLOCK_N=plan.block_n,
-        UNROLL=plan.unroll,
-        num_warps=plan.num_warps,
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        copies = _needs_copies(x, flags, coefs, boot, outs)
+        if copies:  # the slow, uncached path
+            x, flags = _shared_strides(list(x))[0], _shared_strides(list(flags))[0]
+            tensor_coefs = _shared_strides([c if isinstance(c, Tensor) else None for c in coefs])
+            coefs = [c if t is None else t for c, t in zip(coefs, tensor_coefs[0], strict=True)]
+            boot = _boundary_stride(boot)[0]
+            outs = tuple(
+                torch.empty(o.shape, dtype=o.dtype, device=o.device)
+                if o is not None and _collapse(o) is None
+                else o
+                for o in outs
+            )
+        launch = _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs)
+        if not copies:
+            if len(_LAUNCHES) >= 4096:  # many distinct shapes: start afresh
+                _LAUNCHES.clear()
+            _LAUNCHES[key] = launch
+    T, N = out0.shape[0], math.prod(out0.shape[1:])
+    split = launch.plan.n_chunks > 1
+    totals = (
+        torch.empty((2, launch.plan.n_chunks, N), dtype=launch.totals_dtype, device=out0.device)
+        if split
+        else None
     )
-    split = plan.n_chunks > 1
+    args = (*x, *flags, *coefs, boot, *outs, totals, T, N, launch.plan.chunk, *launch.strides)
     if split:
-        kernels.scan_kernel[grid](*args, WRITE_TOTALS=True, READ_TOTALS=False, **meta)
-    kernels.scan_kernel[grid](*args, WRITE_TOTALS=False, READ_TOTALS=split, **meta)
+        kernels.scan_kernel[launch.grid](*args, WRITE_TOTALS=True, READ_TOTALS=False, **launch.meta)
+    kernels.scan_kernel[launch.grid](*args, WRITE_TOTALS=False, READ_TOTALS=split, **launch.meta)
     for o, r in zip(outs, results, strict=True):
         if o is not r:
             r.copy_(o)
