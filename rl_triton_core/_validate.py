@@ -32,7 +32,7 @@ class Steps:
     broadcast, same rank required), the device, the time axis and the output dtype.
     """
 
-    __slots__ = ("device", "dtype", "fn", "layout_like", "shape", "time_dim")
+    __slots__ = ("batch_shape", "device", "dtype", "fn", "layout_like", "shape", "time_dim")
 
     def __init__(self, fn: str, time_dim: int, values: dict[str, Tensor | None]) -> None:
         self.fn = fn
@@ -56,26 +56,30 @@ class Steps:
                 f"{fn}: `time_dim`={time_dim} is out of range for `{first_name}` with "
                 f"{ndim} dims (expected {-ndim} <= time_dim < {ndim})"
             )
-        self.time_dim = time_dim % ndim
+        self.time_dim = td = time_dim % ndim
         self.device = first.device
         for name, x in given.items():
             self._check_rank_device(name, x, ndim)
-        try:
-            self.shape = torch.broadcast_shapes(*(x.shape for x in given.values()))
-        except RuntimeError:
-            shapes = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in given.items())
-            raise ValueError(f"{fn}: per-step tensors have mismatched shapes: {shapes}") from None
-        self.dtype = functools.reduce(torch.promote_types, (x.dtype for x in given.values()))
-        self.layout_like = next((x for x in given.values() if x.shape == self.shape), first)
+        # Fast path (the common case, and this runs on every call): equal shapes and dtypes
+        # need neither torch.broadcast_shapes nor type promotion, both slow in Python.
+        shape, dtype = first.shape, first.dtype
+        if not all(x.shape == shape for x in given.values()):
+            try:
+                shape = torch.broadcast_shapes(*(x.shape for x in given.values()))
+            except RuntimeError:
+                shapes = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in given.items())
+                raise ValueError(
+                    f"{fn}: per-step tensors have mismatched shapes: {shapes}"
+                ) from None
+        if not all(x.dtype == dtype for x in given.values()):
+            dtype = functools.reduce(torch.promote_types, (x.dtype for x in given.values()))
+        self.shape, self.dtype = shape, dtype
+        self.batch_shape = shape[:td] + shape[td + 1 :]
+        self.layout_like = next((x for x in given.values() if x.shape == shape), first)
 
     @property
-    def T(self) -> int:  # noqa: N802 - the paper's name
+    def T(self) -> int:  # the paper's name
         return self.shape[self.time_dim]
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        td = self.time_dim
-        return self.shape[:td] + self.shape[td + 1 :]
 
     # -- argument kinds ------------------------------------------------------------------------
 
@@ -91,6 +95,8 @@ class Steps:
             )
 
     def _broadcast(self, name: str, x: Tensor, shape: torch.Size) -> Tensor:
+        if x.shape == shape:
+            return x
         try:
             return x.expand(shape)
         except RuntimeError:
@@ -99,11 +105,14 @@ class Steps:
                 f"the per-step shape {tuple(shape)} (each dim must match or be 1)"
             ) from None
 
+    def _time_first(self, x: Tensor) -> Tensor:
+        return x.movedim(self.time_dim, 0) if self.time_dim else x
+
     def step(self, name: str, x: Tensor | None) -> Tensor | None:
         """A per-step value tensor (already checked in ``__init__``), time first."""
         if x is None:
             return None
-        return x.expand(self.shape).movedim(self.time_dim, 0)
+        return self._time_first(x if x.shape == self.shape else x.expand(self.shape))
 
     def flag(self, name: str, x: Tensor | None) -> Tensor | None:
         """A per-step flag: bool, integer or float 0/1 (non-zero is true), time first."""
@@ -114,7 +123,7 @@ class Steps:
         if x.is_complex():
             raise TypeError(f"{self.fn}: `{name}` must be bool, integer or float, got {x.dtype}")
         self._check_rank_device(name, x, len(self.shape))
-        return self._broadcast(name, x, self.shape).movedim(self.time_dim, 0)
+        return self._time_first(self._broadcast(name, x, self.shape))
 
     def coefficient(self, name: str, x: Coefficient) -> Coefficient:
         """gamma, lmbda or a clipping threshold: a Python number, or a tensor broadcast per step."""
@@ -129,7 +138,7 @@ class Steps:
                 return float(x)  # a CPU scalar: reading it does not touch the accelerator
             x = x.reshape((1,) * len(self.shape))
         self._check_rank_device(name, x, len(self.shape))
-        return self._broadcast(name, x, self.shape).movedim(self.time_dim, 0)
+        return self._time_first(self._broadcast(name, x, self.shape))
 
     def boundary(self, name: str, x: Tensor | None) -> Tensor | None:
         """bootstrap_value / initial: the step shape without time (or with a size-1 time axis)."""
@@ -156,9 +165,10 @@ class Steps:
     def outputs(self, out: Tensor | Sequence[Tensor] | None, names: Sequence[str]):
         """Output tensors in the caller's layout, and their time-first views for the backend."""
         if out is None:
+            like = self.layout_like
             outs = tuple(
-                torch.empty_like(self.layout_like, dtype=self.dtype).expand(self.shape)
-                if self.layout_like.shape == self.shape
+                torch.empty_like(like, dtype=self.dtype)
+                if like.shape == self.shape
                 else torch.empty(self.shape, dtype=self.dtype, device=self.device)
                 for _ in names
             )
@@ -175,7 +185,7 @@ class Steps:
                         f"dtype {self.dtype} and device {self.device}; got {tuple(o.shape)}, "
                         f"{o.dtype}, {o.device}"
                     )
-        return outs, tuple(o.movedim(self.time_dim, 0) for o in outs)
+        return outs, tuple(self._time_first(o) for o in outs)
 
 
 def require_next_state(

@@ -211,9 +211,7 @@ def discounted_returns(
 
     ``nv_{T-1}`` is ``bootstrap_value`` (0 when missing) unless ``next_values`` is given.
     """
-    steps = Steps(
-        "discounted_returns", time_dim, {"rewards": rewards, "next_values": next_values}
-    )
+    steps = Steps("discounted_returns", time_dim, {"rewards": rewards, "next_values": next_values})
     require_next_state("discounted_returns", next_values, None, truncated, needed=False)
     return _run(
         steps,

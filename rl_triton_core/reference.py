@@ -61,6 +61,12 @@ def _keep(mask: Tensor, x: Tensor) -> Tensor:
     return torch.where(mask, x, torch.zeros_like(x))
 
 
+def _carry(coef: Tensor, x: Tensor) -> Tensor:
+    """coef * x, dropped (exactly 0) where coef is 0: a zero coefficient is a hard cut."""
+    coef = coef.expand_as(x) if isinstance(coef, Tensor) else torch.full_like(x, coef)
+    return _keep(coef != 0, coef * x)
+
+
 def _write(out: Tensor, rows: list[Tensor]) -> None:
     out.copy_(torch.stack(rows))
 
@@ -70,8 +76,7 @@ def linear_scan(a, b, initial, reverse, out):
     x = torch.zeros_like(out[0], dtype=F64) if initial is None else _f64(initial)
     rows = [None] * T
     for t in reversed(range(T)) if reverse else range(T):
-        a_t = _f64(a[t]).expand_as(x)
-        x = _f64(b[t]) + _keep(a_t != 0, a_t * x)
+        x = _f64(b[t]) + _carry(_f64(a[t]), x)
         rows[t] = x
     _write(out, rows)
 
@@ -87,7 +92,7 @@ def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, ga
         nv = _next_value(values, next_values, bootstrap_value, t, T, like)
         term = _flag(terminated, t, like)
         delta = _f64(rewards[t]) + _keep(~term, g * nv) - _f64(values[t])
-        A = delta + _keep(_cont(terminated, truncated, t, T, like), g * lam * A)
+        A = delta + _carry(_keep(_cont(terminated, truncated, t, T, like), g * lam + like), A)
         adv[t] = A
     _write(adv_out, adv)
     _write(ret_out, [adv[t] + _f64(values[t]) for t in range(T)])
@@ -104,7 +109,8 @@ def lambda_returns(
         g, lam = _coef(gamma, t), _coef(lmbda, t)
         nv = _next_value(values, next_values, bootstrap_value, t, T, like)
         c = _cont(terminated, truncated, t, T, like)
-        future = torch.where(c, (1 - lam) * nv + lam * G, nv)
+        weight = 1 - lam * c.to(F64)  # of nv_t; exactly 0 (nv_t unused) when lambda c = 1
+        future = _carry(weight, nv) + _carry(_keep(c, lam + like), G)
         G = _f64(rewards[t]) + _keep(~_flag(terminated, t, like), g * future)
         rows[t] = G
     _write(out, rows)
@@ -164,7 +170,7 @@ def vtrace(
         vs_next = vs[t + 1] if t < T - 1 else like  # only read where c_t = 1
         u = torch.where(c, vs_next, nv)
         pg[t] = pg_rho * (r + _keep(~term, g * u) - v)
-        D = delta + _keep(c, g * kappa * D)
+        D = delta + _carry(_keep(c, g * kappa), D)
         vs[t] = v + D
     _write(vs_out, vs)
     _write(pg_out, pg)
@@ -208,7 +214,7 @@ def retrace(
             tlp = _f64(target_log_probs[t + 1])
             w = torch.exp(tlp - _f64(behavior_log_probs[t + 1]))
             kappa = trace_coefficient(trace, _coef(lmbda, t + 1), w, tlp, _coef(c_bar, t + 1))
-            future = future + _keep(c, kappa * (Q - _f64(q_values[t + 1])))
+            future = future + _carry(_keep(c, kappa), Q - _f64(q_values[t + 1]))
         Q = _f64(rewards[t]) + _keep(~term, g * future)
         rows[t] = Q
     _write(out, rows)
@@ -221,6 +227,6 @@ def eligibility_traces(x, done, gamma, lmbda, initial, out):
     rows = [None] * T
     for t in range(T):
         carry = ~_flag(done, t - 1, like) if t > 0 else torch.ones_like(like, dtype=torch.bool)
-        z = _f64(x[t]) + _keep(carry, _coef(gamma, t) * _coef(lmbda, t) * z)
+        z = _f64(x[t]) + _carry(_keep(carry, _coef(gamma, t) * _coef(lmbda, t) + like), z)
         rows[t] = z
     _write(out, rows)

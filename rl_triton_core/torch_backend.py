@@ -1,29 +1,63 @@
 """Vectorised PyTorch backend (any device; the default on the CPU).
 
-Each estimator builds its scan coefficients ``(a_t, b_t)`` with a few whole-tensor ops, runs
-the one scan engine :func:`scan`, and post-processes (``returns = A + v``, V-trace's policy
-gradient advantages). The engine picks between two shapes of the same recurrence:
+Every estimator is the first-order linear recurrence ``x_t = a_t x_{t∓1} + b_t`` with its own
+coefficients. Each estimator below supplies two small closures and hands them to the one scan
+engine, :func:`scan`:
 
-* **blocked log-depth** when there are few sequences (per-op overhead dominates): time is cut
-  into blocks of ``K`` steps, each block is scanned with ``log2 K`` doubling passes
-  (Hillis & Steele 1986) over all blocks at once, then the carry crosses the blocks
-  sequentially (one tiny op per block) and is applied with one fused multiply-add;
-* **sequential** when there are many sequences: one fused ``addcmul`` per step over a row of
-  the batch, which moves the fewest bytes.
+* ``coefficients(rows, guard)`` builds fresh ``(a, b)`` for a range of time steps from the
+  canonical inputs with a handful of whole-tensor ops, the flags turned into float 0/1 masks;
+* ``finish(rows, x, carry)`` writes the outputs of those steps from the scan result ``x``
+  (e.g. ``returns = A + v``).
 
-A zero coefficient is a hard cut (``x_t = b_t`` even where the carry is NaN). On the CPU the
-engine runs unguarded and re-runs guarded only when the result has a non-finite value (the
-two can only differ there); on other devices it is always guarded (no host sync).
+How the engine runs, and why (measured on a 2-core CPU against Stable-Baselines3's numpy loop,
+``benchmarks/cpu_gae_vs_sb3.py``: a torch op costs 4-8 µs there however small its tensors,
+and DRAM streams about 8 GB/s):
+
+* **Chunks that fit in cache.** On the CPU the time axis is cut into chunks of about
+  ``CHUNK_ELEMENTS`` elements, visited in scan order with the state carried from one chunk to
+  the next. A chunk's coefficients, scan and outputs are computed while its temporaries are
+  still in L2, so each input is read from DRAM about once and each output written once;
+  whole-array temporaries at [2048, 4096] would be streamed through DRAM by every op.
+* **Three ways to scan a chunk** of ``n`` steps of ``m`` sequences, with the same result:
+
+  - *dense* (``n * n * m`` small, CPU): one transfer-matrix product
+    ``x_t = b_t + Σ_{s>t} (Π_{k=t}^{s-1} a_k) b_s`` whose matrix comes from a single
+    ``cumprod``: about ten ops whatever ``n``, where tiny problems pay per op;
+  - *blocked* (long chunks of few sequences): the steps are cut into blocks of ``K``; one
+    sweep over the ``K`` positions scans all blocks at once, the blocks' composite maps
+    ``(Π a, local result)`` are scanned recursively (by this same dispatch), and a second
+    sweep applies the carries: about ``2K + n / K`` ops instead of ``n``;
+  - *sequential* (wide chunks): one fused ``addcmul`` per step over a row of the batch, which
+    moves the fewest bytes.
+
+* **Guards.** A zero coefficient is a hard cut (``x_t = b_t`` even where the carry is NaN or
+  infinite), and a term the formulas switch off (e.g. the next value at a terminated step)
+  must pass no NaN on. Exact zeros need ``torch.where``, which costs ops per step in the scan
+  and is slow on the CPU (about 2 ns an element, against 0.4 for a multiplication by a float
+  mask), so on the CPU each chunk is first computed *unguarded* (masks multiplied in, one
+  fused ``addcmul`` a step) and redone *guarded* only when its result has a non-finite value:
+  the two agree wherever everything is finite, and whatever an unguarded op gets wrong
+  (``0 · NaN``, ``0 · inf``) is a NaN, which every later op keeps and the check sees. On
+  other devices the check would cost a host sync, so everything runs guarded there.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-# Tuned on a 2-core CPU against Stable-Baselines3's loop (benchmarks/cpu_gae_vs_sb3.py).
-SEQUENTIAL_MIN_BATCH = 512  # batch rows at least this wide: one addcmul per step
-SEQUENTIAL_MAX_T = 8  # this short: sequential whatever the batch
+# Tuned on a 2-core CPU (512 KB of L2 a core) against Stable-Baselines3's loop.
+CHUNK_ELEMENTS = 1 << 18  # CPU: a time chunk of about this many elements (1 MB in fp32, in L3)
+DENSE_MAX_ELEMENTS = 1 << 14  # CPU: transfer matrix when n * n * m is at most this
+BLOCKED_MIN_STEPS = 24  # blocked scan for chunks of at least this many steps ...
+BLOCKED_MAX_WIDTH = 256  # ... of at most this many sequences (CPU; any width elsewhere)
+
+Coefficients = Callable[[slice, bool], tuple[Tensor, Tensor]]
+Finish = Callable[[slice, Tensor, "Tensor | None"], None]
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -34,140 +68,297 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 # -- the scan engine ---------------------------------------------------------------------------
 
 
-def _block_size(T: int) -> int:
-    k = 4
-    while k * k < 4 * T and k < 256:
-        k *= 2
-    return k
-
-
-def _combine_in_blocks(A: Tensor, B: Tensor, reverse: bool, guard: bool) -> None:
-    """In-place doubling scan along dim 1 of ``[nb, K, M]``: afterwards element i holds the
-    composite map from the carry entering its block to x_i."""
-    K = A.shape[1]
-    d = 1
-    while d < K:
-        lo, hi = (slice(0, K - d), slice(d, K)) if reverse else (slice(d, K), slice(0, K - d))
-        a_lo = A[:, lo]
-        b_new = torch.addcmul(B[:, lo], a_lo, B[:, hi])
-        if guard:
-            b_new = torch.where(a_lo == 0, B[:, lo], b_new)
-        a_new = a_lo * A[:, hi]
-        B[:, lo] = b_new
-        A[:, lo] = a_new
-        d *= 2
-
-
 def _apply(a: Tensor, x: Tensor, b: Tensor, guard: bool, out: Tensor | None = None) -> Tensor:
-    """a * x + b; guarded, a == 0 gives exactly b."""
+    """a * x + b in one fused op; guarded, ``a == 0`` gives exactly ``b``."""
     if not guard:
         return torch.addcmul(b, a, x, out=out)
     return torch.where(a == 0, b, torch.addcmul(b, a, x), out=out)
 
 
-def _scan_blocked(a: Tensor, b: Tensor, initial: Tensor | None, reverse: bool, guard: bool):
-    T, M = b.shape
-    K = _block_size(T)
-    nb = -(-T // K)
-    A = a.new_ones(nb * K, M)  # padding with the identity map (a, b) = (1, 0)
-    B = b.new_zeros(nb * K, M)
-    A[:T] = a
-    B[:T] = b
-    A = A.view(nb, K, M)
-    B = B.view(nb, K, M)
-    _combine_in_blocks(A, B, reverse, guard)
-    carries = b.new_empty(nb, 1, M)
-    carry = b.new_zeros(M) if initial is None else initial
-    edge = 0 if reverse else K - 1  # the element whose value is the carry into the next block
-    for j in reversed(range(nb)) if reverse else range(nb):
-        carries[j, 0] = carry
-        carry = _apply(A[j, edge], carry, B[j, edge], guard)
-    return _apply(A, carries, B, guard).view(nb * K, M)[:T]
-
-
-def _scan_sequential(a: Tensor, b: Tensor, initial: Tensor | None, reverse: bool, guard: bool):
-    T = b.shape[0]
-    order = range(T - 1, -1, -1) if reverse else range(T)
-    prev = initial
-    for t in order:
-        if prev is not None:
-            _apply(a[t], prev, b[t], guard, out=b[t])  # b is ours: overwrite it in place
-        prev = b[t]
+def _scan_sequential(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, guard: bool):
+    """One ``addcmul`` per step, in place in ``b``: fewest bytes, one op per step."""
+    a_rows, b_rows = a.unbind(0), b.unbind(0)  # one call instead of an indexing op per step
+    for t in range(len(b_rows) - 1, -1, -1) if reverse else range(len(b_rows)):
+        if carry is not None:
+            _apply(a_rows[t], carry, b_rows[t], guard, out=b_rows[t])
+        carry = b_rows[t]
     return b
 
 
-def scan(coefficients, reverse: bool = False, initial: Tensor | None = None) -> Tensor:
-    """x_t = a_t x_{t-1} + b_t (``reverse``: x_t = a_t x_{t+1} + b_t) along dim 0.
+def _block_product(A: Tensor, guard: bool) -> Tensor:
+    """Π a over each block (dim 1); guarded, exactly 0 for a block holding a cut."""
+    p = A.prod(1)
+    return torch.where((A == 0).any(1), 0.0, p) if guard else p
 
-    ``coefficients()`` returns fresh ``(a, b)``: ``[T, *batch]`` tensors of the compute dtype
-    that the engine may overwrite (``a`` may be a broadcast view); it is called again in the
-    rare case of a guarded re-run. ``initial``: ``[*batch]`` or None (zero). Returns x.
+
+def _scan_blocked(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, guard: bool):
+    """Blocks of K steps: sweep all blocks at once, scan their composite maps, sweep again.
+
+    The ``n mod K`` steps the scan visits first run sequentially, so nothing is padded.
     """
-    a, b = coefficients()
-    shape = b.shape
+    n = b.shape[0]
+    K = max(2, min(32, round(math.sqrt(n / 2))))
+    nb = n // K
+    r = n - nb * K
+    head, body = (slice(nb * K, n), slice(0, nb * K)) if reverse else (slice(0, r), slice(r, n))
+    if r:
+        carry = _scan_sequential(a[head], b[head], carry, reverse, guard)[0 if reverse else -1]
+    A, B = a[body].unflatten(0, (nb, K)), b[body].unflatten(0, (nb, K))
+    a_cols, b_cols = A.unbind(1), B.unbind(1)
+    order = range(K - 1, -1, -1) if reverse else range(K)
+    entry = order[0]
+    # 1. each block's result at its exit step when entered with state 0 (B stays intact)
+    local = b_cols[entry]
+    for k in order[1:]:
+        local = _apply(a_cols[k], local, b_cols[k], guard)
+    # 2. the state after each block: a scan of the blocks' composite maps (Π a, local)
+    after = _scan_chunk(_block_product(A, guard), local, carry, reverse, guard)
+    # 3. the final sweep, in place, entering each block with the state after the one before
+    if reverse:
+        _apply(A[:-1, entry], after[1:], B[:-1, entry], guard, out=B[:-1, entry])
+        first = -1  # the block the scan enters first gets `carry`
+    else:
+        _apply(A[1:, entry], after[:-1], B[1:, entry], guard, out=B[1:, entry])
+        first = 0
+    if carry is not None:
+        _apply(A[first, entry], carry, B[first, entry], guard, out=B[first, entry])
+    prev = b_cols[entry]
+    for k in order[1:]:
+        prev = _apply(a_cols[k], prev, b_cols[k], guard, out=b_cols[k])
+    return b
+
+
+def _scan_dense(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool):
+    """Unguarded transfer-matrix scan, in place in ``b``.
+
+    Reverse order: ``x_t = b_t + Σ_j C[t, j] b_{t+j+1}`` with ``C[t, j] = Π_{k=t}^{t+j} a_k``
+    (``b_n`` is the carry; both zero further on), ``C`` from one cumprod over a skewed
+    (``as_strided``) view of zero-padded ``a``. A forward scan runs on flipped copies.
+    """
+    n = b.shape[0]
+    x, a = (b, a) if reverse else (b.flip(0), a.flip(0))
+    m = b.numel() // n
+    flat = b.dim() == 2  # [n, m] already: skip the reshapes (each op costs µs here)
+    skew = ((n, n, m), (m, m, 1))  # [t, j] -> row t + j of a padded [2n - 1, m] buffer
+    a = a if flat else a.reshape(n, m)
+    C = torch.constant_pad_nd(a, (0, 0, 0, n - 1)).as_strided(*skew).cumprod(1)
+    after = x[1:] if flat else x[1:].reshape(n - 1, m)  # b_{t+1}
+    if carry is not None:
+        after = torch.cat((after, carry.reshape(1, m)))
+    after = torch.constant_pad_nd(after, (0, 0, 0, 2 * n - 1 - after.shape[0]))
+    y = torch.linalg.vecdot(C, after.as_strided(*skew), dim=1)
+    x += y if flat else y.view(x.shape)
+    return b if reverse else b.copy_(x.flip(0))
+
+
+def _scan_chunk(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, guard: bool):
+    """Scan ``n`` steps in place in ``b`` (``[n, *batch]``, ours) entering with ``carry``."""
+    n = b.shape[0]
+    width = b.numel() // n if n else 0
+    if a.shape != b.shape:
+        a = a.expand(b.shape)
+    cpu = b.device.type == "cpu"
+    if cpu and not guard and n > 1 and n * n * width <= DENSE_MAX_ELEMENTS:
+        return _scan_dense(a, b, carry, reverse)
+    if n >= BLOCKED_MIN_STEPS and (width <= BLOCKED_MAX_WIDTH or not cpu):
+        return _scan_blocked(a, b, carry, reverse, guard)
+    return _scan_sequential(a, b, carry, reverse, guard)
+
+
+def _finite(x: Tensor) -> bool:
+    """Whether every element is finite: one sum (a NaN/inf makes the sum non-finite; an
+    overflowing sum of finite values only costs a needless guarded re-run)."""
+    return math.isfinite(x.sum())
+
+
+def scan(
+    coefficients: Coefficients,
+    finish: Finish,
+    shape: torch.Size,
+    device: torch.device,
+    *,
+    reverse: bool = False,
+    initial: Tensor | None = None,
+) -> None:
+    """x_t = a_t x_{t-1} + b_t (``reverse``: x_t = a_t x_{t+1} + b_t) along dim 0 of ``shape``.
+
+    Visits the steps in chunks, in scan order. For each chunk ``rows`` (a slice of steps),
+    ``coefficients(rows, guard)`` returns fresh ``(a, b)``: ``b`` a ``[n, *batch]`` tensor of
+    the compute dtype that the engine overwrites with the result (it may be a view of an
+    output), ``a`` broadcastable to it (e.g. a 0-dim tensor). With ``guard`` every term the
+    formulas switch off must be an exact 0 (:func:`_keep`); it is called that way when the
+    unguarded result has a non-finite value. Then ``finish(rows, x, carry)`` gets the
+    chunk's result ``x`` (read only: it carries on) and the state it was entered with (None
+    for the first chunk when there is no ``initial``). ``initial``: ``[*batch]``.
+    """
     T = shape[0]
-    guard = b.device.type != "cpu"
-    flat_initial = None if initial is None else initial.expand(shape[1:]).reshape(-1)
-    sequential = b[0].numel() >= SEQUENTIAL_MIN_BATCH or T <= SEQUENTIAL_MAX_T
-    run = _scan_sequential if sequential else _scan_blocked
-
-    def attempt(a: Tensor, b: Tensor, guard: bool) -> Tensor:
-        a = a.expand(shape).reshape(T, -1)
-        return run(a, b.reshape(T, -1), flat_initial, reverse, guard).view(shape)
-
-    x = attempt(a, b, guard)
-    if not guard and not bool(torch.isfinite(x).all()):  # CPU only: no device sync
-        x = attempt(*coefficients(), guard=True)
-    return x
+    cpu = device.type == "cpu"
+    guard = not cpu
+    width = math.prod(shape[1:])
+    step = max(1, CHUNK_ELEMENTS // max(width, 1)) if cpu else T
+    starts = range(0, T, step)
+    carry = initial
+    for lo in reversed(starts) if reverse else starts:
+        rows = slice(lo, min(lo + step, T))
+        x = _scan_chunk(*coefficients(rows, guard), carry, reverse, guard)
+        if not guard and not _finite(x):
+            x = _scan_chunk(*coefficients(rows, True), carry, reverse, True)
+        finish(rows, x, carry)
+        carry = x[0] if reverse else x[-1]
 
 
 # -- coefficient helpers -----------------------------------------------------------------------
+# Per-step inputs are canonical ``[T, *batch]`` views; coefficient tensors (gamma, lmbda, the
+# thresholds) are broadcast views of that shape or Python floats; flags have any dtype and
+# become float 0/1 "keep" masks (multiplying by one is 7x cheaper on the CPU than a where or a
+# bool mask).
 
 
-def _cast(x, dtype: torch.dtype):
-    """A tensor in the compute dtype (no copy when it already is); Python floats unchanged."""
-    return x.to(dtype) if isinstance(x, Tensor) else x
+def _rows(x, rows: slice):
+    """Steps ``rows`` of a per-step tensor (no op when that is all of it); floats, None pass."""
+    if not isinstance(x, Tensor) or (rows.start == 0 and rows.stop == x.shape[0]):
+        return x
+    return x[rows]
 
 
-def _masked(mask: Tensor, value, dtype: torch.dtype) -> Tensor:
-    """value where mask, exactly 0 elsewhere (also where value is NaN)."""
-    if isinstance(value, Tensor):
-        return torch.where(mask, value, 0.0)
-    return mask.to(dtype) * value
+def _next_rows(x: Tensor, rows: slice, last: Tensor | None = None) -> Tensor:
+    """``x[t + 1]`` for the steps ``rows``; ``last`` (default 0) stands for ``x[T]``."""
+    lo, hi = rows.start, rows.stop
+    if hi < x.shape[0]:
+        return x[lo + 1 : hi + 1]
+    if last is None:
+        return torch.constant_pad_nd(x[lo + 1 :], (0, 0) * (x.dim() - 1) + (0, 1))
+    return torch.cat((x[lo + 1 :], last[None]))
 
 
-def _gated(terminated: Tensor | None, x: Tensor) -> Tensor:
-    """x, with exactly 0 at terminated steps: the bootstrap a terminal state does not get."""
-    return x if terminated is None else torch.where(terminated != 0, 0.0, x)
+def _previous_rows(x: Tensor, rows: slice) -> Tensor:
+    """``x[t - 1]`` for the steps ``rows``; 0 stands for ``x[-1]``."""
+    lo, hi = rows.start, rows.stop
+    if lo > 0:
+        return x[lo - 1 : hi - 1]
+    return torch.constant_pad_nd(x[: hi - 1], (0, 0) * (x.dim() - 1) + (1, 0))
 
 
-def _done(terminated: Tensor | None, truncated: Tensor | None) -> Tensor | None:
-    flags = [f != 0 for f in (terminated, truncated) if f is not None]
-    return flags[0] | flags[1] if len(flags) == 2 else (flags[0] if flags else None)
+def _to(x, dtype: torch.dtype):
+    """A tensor in the compute dtype (no op when it already is); floats and None pass."""
+    return x if not isinstance(x, Tensor) or x.dtype == dtype else x.to(dtype)
 
 
-def _continues(terminated, truncated, shape: torch.Size, device) -> Tensor:
-    """c_t = 1 - done_t, with c_{T-1} = 0 (the window edge always cuts the trace)."""
-    done = _done(terminated, truncated)
-    c = torch.ones(shape, dtype=torch.bool, device=device) if done is None else ~done
-    c[-1] = False
+@functools.lru_cache(maxsize=512)
+def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A cached 0-dim tensor: ops with it skip wrapping a Python scalar (µs each), and a
+    product with a mask has the compute dtype. Never written to."""
+    with torch.inference_mode(False):
+        return torch.tensor(value, dtype=dtype, device=device)
+
+
+def _coef(x, rows: slice, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """gamma / lmbda / a threshold for the steps ``rows``, as a tensor of the compute dtype."""
+    return _scalar(x, dtype, device) if isinstance(x, float) else _to(_rows(x, rows), dtype)
+
+
+def _product(x, y, rows: slice, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """x * y for two coefficients (Python floats multiply in Python)."""
+    if isinstance(x, float) and isinstance(y, float):
+        return _scalar(x * y, dtype, device)
+    return _coef(x, rows, dtype, device) * _coef(y, rows, dtype, device)
+
+
+def _keep_mask(flag: Tensor | None, rows: slice, dtype: torch.dtype) -> Tensor | None:
+    """``1 - flag_t`` for the steps ``rows`` as a float 0/1 mask (non-zero flags are true);
+    None for no flags. One comparison written straight into the compute dtype."""
+    if flag is None:
+        return None
+    flag = _rows(flag, rows)
+    if flag.dtype == torch.bool:
+        flag = flag.view(torch.uint8)  # comparing bytes is 3x faster than bools here
+    return torch.eq(flag, 0, out=torch.empty(flag.shape, dtype=dtype, device=flag.device))
+
+
+def _both(x: Tensor | None, y: Tensor | None) -> Tensor | None:
+    """The product of two keep masks (None: all ones)."""
+    return y if x is None else (x if y is None else x * y)
+
+
+def _continues(live, truncated, rows: slice, like: Tensor, *, edge: bool) -> Tensor | None:
+    """``c_t = 1 - done_t`` for the steps ``rows`` as a keep mask (None: all ones), from
+    ``live = 1 - terminated``. ``edge``: also ``c_{T-1} = 0`` (the window edge; ``like`` is a
+    ``[T, *batch]`` tensor). A reverse scan without ``initial`` never reads ``a_{T-1}``, so a
+    mask used only in ``a`` can skip the edge.
+    """
+    c = _both(live, _keep_mask(truncated, rows, compute_dtype(like.dtype)))
+    if edge and rows.stop == like.shape[0]:
+        if c is None:  # [n, 1, ...]: broadcasts
+            shape = (rows.stop - rows.start,) + (1,) * (like.dim() - 1)
+            c = torch.ones(shape, dtype=compute_dtype(like.dtype), device=like.device)
+        elif c is live:
+            c = c.clone()  # `live` is used on its own
+        c[-1] = 0
     return c
 
 
-def _next_state_values(values, next_values, bootstrap_value, dtype) -> Tensor:
-    """nv_t: next_values[t], else values[t+1] with bootstrap_value at the last step."""
-    if next_values is not None:
-        return next_values.to(dtype)
-    return torch.cat((values[1:].to(dtype), bootstrap_value.to(dtype)[None]))
+def _keep(mask: Tensor | None, x: Tensor, guard: bool) -> Tensor:
+    """x where the keep mask is 1, else 0. Guarded an exact ``torch.where`` (no NaN passes);
+    unguarded one multiplication (``0 · NaN`` stays NaN and sends the chunk to the guarded
+    re-run)."""
+    if mask is None:
+        return x
+    if guard:
+        return torch.where(mask != 0, x, _scalar(0.0, x.dtype, x.device))
+    return x * mask
 
 
-def _shifted(x: Tensor) -> Tensor:
-    """x_{t+1} (the last row, never read unmasked, is 0)."""
-    return torch.cat((x[1:], torch.zeros_like(x[:1])))
+def _add_kept(b: Tensor, coef, mask: Tensor | None, x: Tensor, guard: bool) -> Tensor:
+    """b += coef * keep(mask, x) in place (``coef``: a Python float or a tensor of b's rows);
+    unguarded with a float coefficient one fused ``addcmul``."""
+    if isinstance(coef, float):
+        if mask is not None and not guard:
+            return b.addcmul_(x, mask, value=coef)
+        return b.add_(_keep(mask, x, guard), alpha=coef)
+    return b.addcmul_(_to(coef, b.dtype), _keep(mask, x, guard))
 
 
 def _min(w: Tensor, bound) -> Tensor:
-    return torch.clamp(w, max=bound) if not isinstance(bound, Tensor) else torch.minimum(w, bound)
+    """min(w, bound) (``bound``: a Python float or a tensor of w's rows)."""
+    if isinstance(bound, float):
+        return torch.clamp_max(w, bound)
+    return torch.minimum(w, _to(bound, w.dtype))
+
+
+def _next_state_values(values, next_values, bootstrap_value, rows: slice, dtype) -> Tensor:
+    """nv_t for the steps ``rows``: next_values[t], else values[t+1] (bootstrap_value at T-1)."""
+    if next_values is not None:
+        return _to(_rows(next_values, rows), dtype)
+    return _to(_next_rows(values, rows, bootstrap_value), dtype)
+
+
+def _td_error(rewards, values, nv, live, gamma, rows, dtype, guard, out=None) -> Tensor:
+    """``r_t + γ_t (1 - terminated_t) nv_t - v_t`` for the steps ``rows`` (a new tensor, or
+    ``out``); ``live``: the rows' keep mask of terminated."""
+    b = torch.sub(_to(_rows(rewards, rows), dtype), _to(_rows(values, rows), dtype), out=out)
+    return _add_kept(b, _rows(gamma, rows), live, nv, guard)
+
+
+def _scratch(out: Tensor, rows: slice, dtype: torch.dtype) -> Tensor | None:
+    """The output's rows when they can hold the scan (compute dtype), else None (allocate)."""
+    return _rows(out, rows) if out.dtype == dtype else None
+
+
+def _fresh_copy(x: Tensor, out: Tensor, rows: slice, dtype: torch.dtype) -> Tensor:
+    """The steps ``rows`` of ``x`` copied into the output's rows (or a new tensor)."""
+    target = _scratch(out, rows, dtype)
+    return _rows(x, rows).to(dtype, copy=True) if target is None else target.copy_(_rows(x, rows))
+
+
+def _copy_out(out: Tensor) -> Finish:
+    """The ``finish`` of estimators whose output is the scan result itself."""
+
+    def finish(rows: slice, x: Tensor, carry: Tensor | None) -> None:
+        target = _rows(out, rows)
+        if target.data_ptr() != x.data_ptr():
+            target.copy_(x)
+
+    return finish
 
 
 # -- the estimators (canonical arguments: see rl_triton_core._dispatch) -------------------------
@@ -176,62 +367,82 @@ def _min(w: Tensor, bound) -> Tensor:
 def linear_scan(a, b, initial, reverse, out):
     dtype = compute_dtype(out.dtype)
 
-    def coefficients():
-        return _cast(a, dtype), torch.empty(out.shape, dtype=dtype, device=out.device).copy_(b)
+    def coefficients(rows, guard):
+        return _to(_rows(a, rows), dtype), _fresh_copy(b, out, rows, dtype)
 
-    out.copy_(scan(coefficients, reverse, _cast(initial, dtype)))
+    scan(
+        coefficients,
+        _copy_out(out),
+        out.shape,
+        out.device,
+        reverse=reverse,
+        initial=_to(initial, dtype),
+    )
 
 
 def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out):
     adv_out, ret_out = out
-    dtype = compute_dtype(adv_out.dtype)
-    gamma, lmbda = _cast(gamma, dtype), _cast(lmbda, dtype)
-    v = values.to(dtype)
+    dtype, device = compute_dtype(adv_out.dtype), adv_out.device
+    copy_advantages = _copy_out(adv_out)
 
-    def coefficients():
-        nv = _next_state_values(values, next_values, bootstrap_value, dtype)
-        delta = rewards.to(dtype) + _gated(terminated, gamma * nv) - v
-        c = _continues(terminated, truncated, v.shape, v.device)
-        return _masked(c, gamma * lmbda, dtype), delta
+    def coefficients(rows, guard):
+        live = _keep_mask(terminated, rows, dtype)
+        nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
+        scratch = _scratch(adv_out, rows, dtype)
+        delta = _td_error(rewards, values, nv, live, gamma, rows, dtype, guard, scratch)
+        c = _continues(live, truncated, rows, adv_out, edge=False)
+        return _keep(c, _product(gamma, lmbda, rows, dtype, device), guard), delta
 
-    advantages = scan(coefficients, reverse=True)
-    adv_out.copy_(advantages)
-    torch.add(advantages, v, out=advantages)
-    ret_out.copy_(advantages)
+    def finish(rows, advantages, carry):
+        copy_advantages(rows, advantages, carry)
+        torch.add(advantages, _to(_rows(values, rows), dtype), out=_rows(ret_out, rows))
+
+    scan(coefficients, finish, adv_out.shape, device, reverse=True)
 
 
 def lambda_returns(
     rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out
 ):
-    dtype = compute_dtype(out.dtype)
-    gamma, lmbda = _cast(gamma, dtype), _cast(lmbda, dtype)
+    dtype, device = compute_dtype(out.dtype), out.device
 
-    def coefficients():
-        nv = _next_state_values(values, next_values, bootstrap_value, dtype)
-        c = _continues(terminated, truncated, out.shape, out.device)
-        trace = _masked(c, lmbda, dtype)  # lambda_t c_t
-        b = rewards.to(dtype) + _gated(terminated, gamma * (1 - trace) * nv)
-        return gamma * trace, b
+    def coefficients(rows, guard):
+        live = _keep_mask(terminated, rows, dtype)
+        c = _continues(live, truncated, rows, out, edge=True)
+        trace = _keep(c, _coef(lmbda, rows, dtype, device), guard)  # λ_t c_t
+        nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
+        # b = r + γ (1 - terminated) (1 - λ c) nv;  a = γ λ c (c_t = 1 implies not terminated)
+        weight = 1 - trace  # of nv_t; exactly 0 where λ_t = 1 and the trace goes on
+        bootstrap = weight * nv
+        if guard:  # a NaN nv_t with weight 0 is unused
+            bootstrap = torch.where(weight == 0, _scalar(0.0, dtype, device), bootstrap)
+        b = _fresh_copy(rewards, out, rows, dtype)
+        _add_kept(b, _rows(gamma, rows), live, bootstrap, guard)
+        return trace * _coef(gamma, rows, dtype, device), b
 
-    out.copy_(scan(coefficients, reverse=True))
+    scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
 
 
 def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_value, gamma, out):
-    dtype = compute_dtype(out.dtype)
-    gamma = _cast(gamma, dtype)
+    dtype, device = compute_dtype(out.dtype), out.device
+    T = out.shape[0]
 
-    def coefficients():
-        c = _continues(terminated, truncated, out.shape, out.device)
-        b = rewards.to(dtype, copy=True)
+    def coefficients(rows, guard):
+        live = _keep_mask(terminated, rows, dtype)
+        c = _continues(live, truncated, rows, out, edge=True)
+        b = _fresh_copy(rewards, out, rows, dtype)
         if next_values is not None:  # bootstrap wherever the trace is cut and not terminated
-            b += _gated(terminated, torch.where(c, 0.0, gamma * next_values.to(dtype)))
-        elif bootstrap_value is not None:  # elsewhere a cut means terminated: only t = T-1
-            g_last = gamma[-1] if isinstance(gamma, Tensor) else gamma
-            term_last = None if terminated is None else terminated[-1]
-            b[-1] += _gated(term_last, g_last * bootstrap_value.to(dtype))
-        return _masked(c, gamma, dtype), b
+            if c is not None:
+                cut = 1 - c if live is None else live - c  # (1 - c) (1 - terminated)
+                nv = _to(_rows(next_values, rows), dtype)
+                _add_kept(b, _rows(gamma, rows), cut, nv, guard)
+        elif bootstrap_value is not None and rows.stop == T:
+            # elsewhere a cut means terminated, which gets no bootstrap: only t = T-1
+            g = gamma if isinstance(gamma, float) else gamma[-1]
+            live_last = None if live is None else live[-1]
+            _add_kept(b[-1], g, live_last, _to(bootstrap_value, dtype), guard)
+        return _keep(c, _coef(gamma, rows, dtype, device), guard), b
 
-    out.copy_(scan(coefficients, reverse=True))
+    scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
 
 
 def vtrace(
@@ -251,23 +462,33 @@ def vtrace(
     out,
 ):
     vs_out, pg_out = out
-    dtype = compute_dtype(vs_out.dtype)
-    gamma, lmbda = _cast(gamma, dtype), _cast(lmbda, dtype)
-    w = torch.exp(target_log_probs.to(dtype) - behavior_log_probs.to(dtype))
-    r, v = rewards.to(dtype), values.to(dtype)
-    nv = _next_state_values(values, next_values, bootstrap_value, dtype)
-    c = _continues(terminated, truncated, v.shape, v.device)
+    dtype, device = compute_dtype(vs_out.dtype), vs_out.device
+    chunk = {}  # what coefficients() computed for the chunk, reused by finish()
 
-    def coefficients():
-        delta = _min(w, _cast(rho_bar, dtype)) * (r + _gated(terminated, gamma * nv) - v)
-        kappa = lmbda * _min(w, _cast(c_bar, dtype))
-        return _masked(c, gamma * kappa, dtype), delta
+    def coefficients(rows, guard):
+        tlp = _to(_rows(target_log_probs, rows), dtype)
+        w = torch.exp(tlp - _to(_rows(behavior_log_probs, rows), dtype))
+        live = _keep_mask(terminated, rows, dtype)
+        c = _continues(live, truncated, rows, vs_out, edge=True)
+        nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
+        delta = _td_error(rewards, values, nv, live, gamma, rows, dtype, guard)
+        delta *= _min(w, _rows(rho_bar, rows))
+        kappa = _min(w, _rows(c_bar, rows)) * _product(gamma, lmbda, rows, dtype, device)
+        chunk.update(w=w, live=live, c=c, nv=nv)
+        return _keep(c, kappa, guard), delta
 
-    vs = scan(coefficients, reverse=True)
-    vs += v
-    vs_out.copy_(vs)
-    u = torch.where(c, _shifted(vs), nv)
-    pg_out.copy_(_min(w, _cast(pg_rho_bar, dtype)) * (r + _gated(terminated, gamma * u) - v))
+    def finish(rows, x, carry):
+        vs = x + _to(_rows(values, rows), dtype)
+        _rows(vs_out, rows).copy_(vs)
+        # u_t = vs_{t+1} where c_t = 1, else nv_t (c_{T-1} = 0: the last row's filler is unread)
+        after = chunk.get("vs_first", vs[-1])  # vs of the step after the chunk
+        vs_next = torch.cat((vs[1:], after[None]))
+        chunk["vs_first"] = vs[0]
+        u = torch.where(chunk["c"] != 0, vs_next, chunk["nv"])
+        pg = _td_error(rewards, values, u, chunk["live"], gamma, rows, dtype, guard=True)
+        torch.mul(pg, _min(chunk["w"], _rows(pg_rho_bar, rows)), out=_rows(pg_out, rows))
+
+    scan(coefficients, finish, vs_out.shape, device, reverse=True)
 
 
 def trace_coefficient(trace: str, lmbda, w: Tensor, target_log_probs: Tensor, c_bar) -> Tensor:
@@ -295,32 +516,36 @@ def retrace(
     trace,
     out,
 ):
-    dtype = compute_dtype(out.dtype)
-    gamma, lmbda = _cast(gamma, dtype), _cast(lmbda, dtype)
+    dtype, device = compute_dtype(out.dtype), out.device
 
-    def coefficients():
-        tlp = target_log_probs.to(dtype)
-        w = torch.exp(tlp - behavior_log_probs.to(dtype))
-        kappa_next = _shifted(trace_coefficient(trace, lmbda, w, tlp, _cast(c_bar, dtype)))
-        c = _continues(terminated, truncated, out.shape, out.device)
-        a = torch.where(c, gamma * kappa_next, 0.0)
-        b = rewards.to(dtype) + _gated(terminated, gamma * next_expected_q.to(dtype))
-        b -= torch.where(c, a * _shifted(q_values.to(dtype)), 0.0)
+    def after(x, rows):  # x_{t+1} in the compute dtype (0 past the end, where c_t = 0)
+        return x if isinstance(x, float) else _to(_next_rows(x, rows), dtype)
+
+    def coefficients(rows, guard):
+        tlp = after(target_log_probs, rows)
+        w = torch.exp(tlp - after(behavior_log_probs, rows))
+        kappa = trace_coefficient(trace, after(lmbda, rows), w, tlp, after(c_bar, rows))
+        live = _keep_mask(terminated, rows, dtype)
+        c = _continues(live, truncated, rows, out, edge=True)
+        a = _keep(c, kappa * _coef(gamma, rows, dtype, device), guard)  # γ_t c_t κ_{t+1}
+        # b = r + γ (1 - terminated) E - a q_{t+1}
+        b = _fresh_copy(rewards, out, rows, dtype)
+        expected = _to(_rows(next_expected_q, rows), dtype)
+        _add_kept(b, _rows(gamma, rows), live, expected, guard)
+        a_q = a * after(q_values, rows)  # a = 0 (a cut, or a zero trace) drops q_{t+1}
+        b -= torch.where(a != 0, a_q, _scalar(0.0, dtype, device)) if guard else a_q
         return a, b
 
-    out.copy_(scan(coefficients, reverse=True))
+    scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
 
 
 def eligibility_traces(x, done, gamma, lmbda, initial, out):
-    dtype = compute_dtype(out.dtype)
-    gamma, lmbda = _cast(gamma, dtype), _cast(lmbda, dtype)
+    dtype, device = compute_dtype(out.dtype), out.device
 
-    def coefficients():
-        b = torch.empty(out.shape, dtype=dtype, device=out.device).copy_(x)
-        if done is None:
-            return gamma * lmbda * torch.ones_like(b[:1]), b
-        carry = torch.ones(out.shape, dtype=torch.bool, device=out.device)
-        carry[1:] = done[:-1] == 0  # z_t carries z_{t-1} unless the episode ended at t-1
-        return _masked(carry, gamma * lmbda, dtype), b
+    def coefficients(rows, guard):
+        b = _fresh_copy(x, out, rows, dtype)
+        ended = None if done is None else _previous_rows(done, rows)  # done_{t-1}
+        carries = _keep_mask(ended, slice(0, b.shape[0]), dtype)
+        return _keep(carries, _product(gamma, lmbda, rows, dtype, device), guard), b
 
-    out.copy_(scan(coefficients, initial=_cast(initial, dtype)))
+    scan(coefficients, _copy_out(out), out.shape, device, initial=_to(initial, dtype))

@@ -183,7 +183,7 @@ def _coefficients(
         q_next = _load(x1, nxt, inside, ACC)
         e = _load(x2, off, mask, ACC)
         b = _load(x0, off, mask, ACC) + tl.where(is_term, zero, g * e)
-        b -= tl.where(c, a * q_next, zero)
+        b -= tl.where(a != 0, a * q_next, zero)  # a zero trace coefficient drops q_{t+1}
     else:
         g = _coef(gamma, koff, mask, G_T, ACC)
         r = _load(x0, off, mask, ACC)
@@ -199,7 +199,8 @@ def _coefficients(
             # G_t = r_t + g_t (1 - term_t) [(1 - l_t c_t) nv_t + l_t c_t G_{t+1}]
             lam = _coef(lmbda, koff, mask, L_T, ACC)
             a = tl.where(c, g * lam, zero)
-            b = r + tl.where(c, (1 - lam) * boot_term, boot_term)
+            weight = tl.where(c, 1 - lam, 1.0)  # of nv_t; where it is 0, nv_t is unused
+            b = r + tl.where(weight == 0, zero, weight * boot_term)
         elif KIND == GAE:
             # A_t = delta_t + g_t l_t c_t A_{t+1}
             lam = _coef(lmbda, koff, mask, L_T, ACC)
