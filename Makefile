@@ -90,7 +90,7 @@ lint: $(STAMPS)/test
 	$(VENV)/bin/ruff format --check .
 
 test: lint
-	TRITON_INTERPRET=1 $(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -n auto -m "not gpu" $(PYTEST_ARGS)
 
 test-gpu: $(STAMPS)/test-gpu
 	env -u TRITON_INTERPRET $(PY) -m pytest -q $(PYTEST_ARGS)

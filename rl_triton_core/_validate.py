@@ -35,9 +35,11 @@ class Steps:
     __slots__ = ("batch_shape", "device", "dtype", "fn", "layout_like", "shape", "time_dim")
 
     def __init__(self, fn: str, time_dim: int, values: dict[str, Tensor | None]) -> None:
+        # This runs on every call: one pass over the tensors, and the common case (equal
+        # shapes and dtypes) needs neither torch.broadcast_shapes nor type promotion.
         self.fn = fn
-        given = {k: v for k, v in values.items() if v is not None}
-        for name, x in given.items():
+        given = [(name, x) for name, x in values.items() if x is not None]
+        for name, x in given:
             if not isinstance(x, Tensor):
                 raise TypeError(f"{fn}: `{name}` must be a torch.Tensor, got {type(x).__name__}")
             if not x.is_floating_point():
@@ -45,37 +47,42 @@ class Steps:
                     f"{fn}: `{name}` must be a floating-point tensor "
                     f"(float16, bfloat16, float32 or float64), got {x.dtype}"
                 )
-        first_name, first = next(iter(given.items()))
+        first_name, first = given[0]
         ndim = first.dim()
         if ndim == 0:
             raise ValueError(f"{fn}: `{first_name}` must have a time axis, got a 0-dim tensor")
-        if isinstance(time_dim, bool) or not isinstance(time_dim, int):
-            raise TypeError(f"{fn}: `time_dim` must be an int, got {type(time_dim).__name__}")
+        if time_dim.__class__ is not int:
+            if isinstance(time_dim, bool) or not isinstance(time_dim, int):
+                raise TypeError(f"{fn}: `time_dim` must be an int, got {type(time_dim).__name__}")
         if not -ndim <= time_dim < ndim:
             raise ValueError(
                 f"{fn}: `time_dim`={time_dim} is out of range for `{first_name}` with "
                 f"{ndim} dims (expected {-ndim} <= time_dim < {ndim})"
             )
         self.time_dim = td = time_dim % ndim
-        self.device = first.device
-        for name, x in given.items():
-            self._check_rank_device(name, x, ndim)
-        # Fast path (the common case, and this runs on every call): equal shapes and dtypes
-        # need neither torch.broadcast_shapes nor type promotion, both slow in Python.
+        self.device = device = first.device
         shape, dtype = first.shape, first.dtype
-        if not all(x.shape == shape for x in given.values()):
+        same_shape = same_dtype = True
+        for name, x in given[1:]:
+            if x.dim() != ndim or x.device != device:
+                self._check_rank_device(name, x, ndim)
+            same_shape = same_shape and x.shape == shape
+            same_dtype = same_dtype and x.dtype == dtype
+        if not same_shape:
             try:
-                shape = torch.broadcast_shapes(*(x.shape for x in given.values()))
+                shape = torch.broadcast_shapes(*(x.shape for _, x in given))
             except RuntimeError:
-                shapes = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in given.items())
+                shapes = ", ".join(f"`{k}` {tuple(v.shape)}" for k, v in given)
                 raise ValueError(
                     f"{fn}: per-step tensors have mismatched shapes: {shapes}"
                 ) from None
-        if not all(x.dtype == dtype for x in given.values()):
-            dtype = functools.reduce(torch.promote_types, (x.dtype for x in given.values()))
+        if not same_dtype:
+            dtype = functools.reduce(torch.promote_types, (x.dtype for _, x in given))
         self.shape, self.dtype = shape, dtype
         self.batch_shape = shape[:td] + shape[td + 1 :]
-        self.layout_like = next((x for x in given.values() if x.shape == shape), first)
+        self.layout_like = (
+            first if same_shape else next((x for _, x in given if x.shape == shape), first)
+        )
 
     @property
     def T(self) -> int:  # the paper's name
@@ -127,6 +134,8 @@ class Steps:
 
     def coefficient(self, name: str, x: Coefficient) -> Coefficient:
         """gamma, lmbda or a clipping threshold: a Python number, or a tensor broadcast per step."""
+        if x.__class__ is float:  # the common case, before the slower ABC check
+            return x
         if isinstance(x, numbers.Real) and not isinstance(x, Tensor):
             return float(x)
         if not isinstance(x, Tensor):
@@ -166,12 +175,14 @@ class Steps:
         """Output tensors in the caller's layout, and their time-first views for the backend."""
         if out is None:
             like = self.layout_like
-            outs = tuple(
-                torch.empty_like(like, dtype=self.dtype)
-                if like.shape == self.shape
-                else torch.empty(self.shape, dtype=self.dtype, device=self.device)
-                for _ in names
-            )
+            if like.shape != self.shape:
+                outs = tuple(
+                    torch.empty(self.shape, dtype=self.dtype, device=self.device) for _ in names
+                )
+            elif like.dtype == self.dtype:  # (passing dtype= costs a little even when equal)
+                outs = tuple(torch.empty_like(like) for _ in names)
+            else:
+                outs = tuple(torch.empty_like(like, dtype=self.dtype) for _ in names)
         else:
             outs = (out,) if isinstance(out, Tensor) else tuple(out)
             if len(outs) != len(names) or not all(isinstance(o, Tensor) for o in outs):
@@ -185,7 +196,9 @@ class Steps:
                         f"dtype {self.dtype} and device {self.device}; got {tuple(o.shape)}, "
                         f"{o.dtype}, {o.device}"
                     )
-        return outs, tuple(self._time_first(o) for o in outs)
+        if not self.time_dim:
+            return outs, outs
+        return outs, tuple(o.movedim(self.time_dim, 0) for o in outs)
 
 
 def require_next_state(

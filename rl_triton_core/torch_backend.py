@@ -55,6 +55,7 @@ CHUNK_ELEMENTS = 1 << 18  # CPU: a time chunk of about this many elements (1 MB 
 DENSE_MAX_ELEMENTS = 1 << 14  # CPU: transfer matrix when n * n * m is at most this
 BLOCKED_MIN_STEPS = 24  # blocked scan for chunks of at least this many steps ...
 BLOCKED_MAX_WIDTH = 256  # ... of at most this many sequences (CPU; any width elsewhere)
+SMALL_ELEMENTS = 4096  # below this a torch op costs its fixed µs whatever it does
 
 Coefficients = Callable[[slice, bool], tuple[Tensor, Tensor]]
 Finish = Callable[[slice, Tensor, "Tensor | None"], None]
@@ -142,11 +143,11 @@ def _scan_dense(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool):
     skew = ((n, n, m), (m, m, 1))  # [t, j] -> row t + j of a padded [2n - 1, m] buffer
     a = a if flat else a.reshape(n, m)
     C = torch.constant_pad_nd(a, (0, 0, 0, n - 1)).as_strided(*skew).cumprod(1)
-    after = x[1:] if flat else x[1:].reshape(n - 1, m)  # b_{t+1}
+    after = x if flat else x.reshape(n, m)  # row t + 1 holds b_{t+1}: the view starts at row 1
     if carry is not None:
         after = torch.cat((after, carry.reshape(1, m)))
-    after = torch.constant_pad_nd(after, (0, 0, 0, 2 * n - 1 - after.shape[0]))
-    y = torch.linalg.vecdot(C, after.as_strided(*skew), dim=1)
+    after = torch.constant_pad_nd(after, (0, 0, 0, 2 * n - after.shape[0]))
+    y = torch.linalg.vecdot(C, after.as_strided(*skew, m), dim=1)
     x += y if flat else y.view(x.shape)
     return b if reverse else b.copy_(x.flip(0))
 
@@ -194,8 +195,7 @@ def scan(
     T = shape[0]
     cpu = device.type == "cpu"
     guard = not cpu
-    width = math.prod(shape[1:])
-    step = max(1, CHUNK_ELEMENTS // max(width, 1)) if cpu else T
+    step = max(1, CHUNK_ELEMENTS // max(shape.numel() // T, 1)) if cpu else T
     starts = range(0, T, step)
     carry = initial
     for lo in reversed(starts) if reverse else starts:
@@ -204,6 +204,8 @@ def scan(
         if not guard and not _finite(x):
             x = _scan_chunk(*coefficients(rows, True), carry, reverse, True)
         finish(rows, x, carry)
+        if (lo == 0) if reverse else (rows.stop == T):
+            break  # no next chunk needs the carry (selecting it costs µs)
         carry = x[0] if reverse else x[-1]
 
 
@@ -266,13 +268,16 @@ def _product(x, y, rows: slice, dtype: torch.dtype, device: torch.device) -> Ten
 
 def _keep_mask(flag: Tensor | None, rows: slice, dtype: torch.dtype) -> Tensor | None:
     """``1 - flag_t`` for the steps ``rows`` as a float 0/1 mask (non-zero flags are true);
-    None for no flags. One comparison written straight into the compute dtype."""
+    None for no flags. One ``logical_not`` written straight into the compute dtype."""
     if flag is None:
         return None
     flag = _rows(flag, rows)
-    if flag.dtype == torch.bool:
-        flag = flag.view(torch.uint8)  # comparing bytes is 3x faster than bools here
-    return torch.eq(flag, 0, out=torch.empty(flag.shape, dtype=dtype, device=flag.device))
+    out = torch.empty_like(flag, dtype=dtype)  # (torch.empty(shape) costs twice as much)
+    if flag.numel() <= SMALL_ELEMENTS:  # no Python 0 to wrap: 3x cheaper on tiny tensors
+        return torch.logical_not(flag, out=out)
+    if flag.dtype == torch.bool:  # logical_not and bool compares are not vectorised:
+        flag = flag.view(torch.uint8)  # comparing bytes is 3x faster on big tensors
+    return torch.eq(flag, 0, out=out)
 
 
 def _both(x: Tensor | None, y: Tensor | None) -> Tensor | None:
@@ -364,6 +369,20 @@ def _copy_out(out: Tensor) -> Finish:
 # -- the estimators (canonical arguments: see rl_triton_core._dispatch) -------------------------
 
 
+def _entry(fn):
+    """A backend entry point, run in inference mode: no autograd bookkeeping, about 1 µs less
+    per op on the CPU (a tenth of a small call). The outputs are the caller's own tensors,
+    written in place, so they stay ordinary tensors; the backend never supported autograd."""
+
+    @functools.wraps(fn)
+    def entry(*args):
+        with torch.inference_mode():
+            return fn(*args)
+
+    return entry
+
+
+@_entry
 def linear_scan(a, b, initial, reverse, out):
     dtype = compute_dtype(out.dtype)
 
@@ -380,6 +399,7 @@ def linear_scan(a, b, initial, reverse, out):
     )
 
 
+@_entry
 def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out):
     adv_out, ret_out = out
     dtype, device = compute_dtype(adv_out.dtype), adv_out.device
@@ -400,6 +420,7 @@ def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, ga
     scan(coefficients, finish, adv_out.shape, device, reverse=True)
 
 
+@_entry
 def lambda_returns(
     rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out
 ):
@@ -422,6 +443,7 @@ def lambda_returns(
     scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
 
 
+@_entry
 def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_value, gamma, out):
     dtype, device = compute_dtype(out.dtype), out.device
     T = out.shape[0]
@@ -445,6 +467,7 @@ def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_va
     scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
 
 
+@_entry
 def vtrace(
     rewards,
     values,
@@ -502,6 +525,7 @@ def trace_coefficient(trace: str, lmbda, w: Tensor, target_log_probs: Tensor, c_
     return lmbda * w  # importance_sampling
 
 
+@_entry
 def retrace(
     rewards,
     q_values,
@@ -539,6 +563,7 @@ def retrace(
     scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
 
 
+@_entry
 def eligibility_traces(x, done, gamma, lmbda, initial, out):
     dtype, device = compute_dtype(out.dtype), out.device
 
