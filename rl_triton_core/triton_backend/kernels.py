@@ -71,7 +71,8 @@ def _coef(k, off, mask, IS_TENSOR: tl.constexpr, ACC: tl.constexpr):
 
 @triton.jit
 def _min(w, bound):
-    return tl.minimum(w, bound + tl.zeros_like(w))
+    # NaN-propagating like torch.minimum (Triton's default returns the non-NaN operand)
+    return tl.minimum(w, bound + tl.zeros_like(w), propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
