@@ -1,0 +1,627 @@
+"""Edge cases: T = 1, T = 0, no dones, all dones, truncation at the window edge, NaN
+locality, long sequences with gamma * lambda close to 1."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from _support import (
+    FUNCTIONS,
+    N_OUTPUTS,
+    STEP_ARGS,
+    as_tuple,
+    build_case,
+    call,
+    gen_from,
+    kind_of,
+    oracle,
+)
+from conftest import assert_close, hyp_settings, interpreted, max_T
+from hypothesis import given
+from hypothesis import strategies as st
+
+import rl_triton_core as rtc
+
+F64 = torch.float64
+NAN = float("nan")
+
+
+def rng(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def u(g, *shape, lo=-1.0, hi=1.0, dtype=F64):
+    return (lo + (hi - lo) * torch.rand(shape, generator=g, dtype=F64)).to(dtype)
+
+
+def dev(device, *ts):
+    return tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in ts)
+
+
+# ---------------------------------------------------------------- T = 1
+
+
+def test_single_step(backend, device):
+    """T = 1: the last step is the window edge, so every estimator is its one-step form."""
+    g = rng(0)
+    N = 4
+    r, v, bv, neq, x, init = (u(g, 1, N) for _ in range(6))
+    term = torch.tensor([[True, False, True, False]])
+    tlp = u(g, 1, N, lo=-2, hi=0)
+    blp = tlp - u(g, 1, N, lo=-1, hi=1)
+    w = torch.exp(tlp - blp)
+    gamma, lmbda = 0.9, 0.8
+    bvn = bv[0]
+    nt = (~term).to(F64)
+    r, v, bv_, neq, x, init_, term, tlp, blp = dev(
+        device, r, v, bvn, neq, x, init[0], term, tlp, blp
+    )
+    kw = dict(gamma=gamma, backend=backend)
+    one_step = r.cpu() + gamma * nt * bvn
+
+    adv, ret = rtc.gae(r, v, term, bootstrap_value=bv_, lmbda=lmbda, **kw)
+    assert_close(adv, one_step - v.cpu(), F64)
+    assert_close(ret, one_step, F64)
+    lam = rtc.lambda_returns(r, v, term, bootstrap_value=bv_, lmbda=lmbda, **kw)
+    assert_close(lam, one_step, F64)
+    assert_close(rtc.discounted_returns(r, term, bootstrap_value=bv_, **kw), one_step, F64)
+    vs, pg = rtc.vtrace(r, v, tlp, blp, term, bootstrap_value=bv_, rho_bar=1.0, **kw)
+    rho = torch.clamp(w, max=1.0)
+    assert_close(vs, v.cpu() + rho * (one_step - v.cpu()), F64)
+    assert_close(pg, rho * (one_step - v.cpu()), F64)
+    for trace in ("retrace", "tree_backup", "q_lambda", "importance_sampling"):
+        q = rtc.retrace(r, v, neq, tlp, blp, term, trace=trace, **kw)
+        assert_close(q, r.cpu() + gamma * nt * neq.cpu(), F64, name=trace)
+    z = rtc.eligibility_traces(x, None, initial=init_, lmbda=lmbda, **kw)
+    assert_close(z, x.cpu() + gamma * lmbda * init_.cpu(), F64)
+    s = rtc.episodic_cumsum(x, term, initial=init_, backend=backend)
+    assert_close(s, x.cpu() + init_.cpu(), F64)
+    a = u(g, 1, N).to(device)
+    xs = rtc.linear_scan(a, x, initial=init_, backend=backend)
+    assert_close(xs, a.cpu() * init_.cpu() + x.cpu(), F64)
+    xr = rtc.linear_scan(a, x, initial=init_, reverse=True, backend=backend)
+    assert_close(xr, a.cpu() * init_.cpu() + x.cpu(), F64)
+
+
+# ---------------------------------------------------------------- T = 0
+
+
+EMPTY_LAYOUTS = {
+    "time_major": ((0, 3), 0),
+    "batch_major": ((3, 0), 1),
+    "torchrl": ((2, 3, 0, 1), -2),
+}
+
+
+def empty_inputs(fn, shape, time_dim, device, dtype=torch.float32):
+    notime = list(shape)
+    del notime[time_dim]
+    z = lambda: torch.zeros(shape, dtype=dtype, device=device)
+    nz = lambda: torch.zeros(notime, dtype=dtype, device=device)
+    flag = torch.zeros(shape, dtype=torch.bool, device=device)
+    if fn == "linear_scan":
+        return {"a": z(), "b": z(), "initial": nz()}
+    if fn in ("gae", "lambda_returns", "vtrace"):
+        d = {"rewards": z(), "values": z(), "terminated": flag, "bootstrap_value": nz()}
+        if fn == "vtrace":
+            d.update(target_log_probs=z(), behavior_log_probs=z())
+        return d
+    if fn == "discounted_returns":
+        return {"rewards": z(), "terminated": flag, "bootstrap_value": nz()}
+    if fn == "retrace":
+        return {
+            "rewards": z(),
+            "q_values": z(),
+            "next_expected_q": z(),
+            "target_log_probs": z(),
+            "behavior_log_probs": z(),
+            "terminated": flag,
+        }
+    return {"x": z(), "done": flag, "initial": nz()}
+
+
+@pytest.mark.parametrize("layout", list(EMPTY_LAYOUTS))
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_empty_time_axis(fn, layout, backend, device):
+    shape, time_dim = EMPTY_LAYOUTS[layout]
+    inputs = empty_inputs(fn, shape, time_dim, device)
+    for use_out in (False, True):
+        kwargs = {"time_dim": time_dim, "backend": backend}
+        if use_out:
+            out = tuple(
+                torch.empty(shape, dtype=torch.float32, device=device) for _ in range(N_OUTPUTS[fn])
+            )
+            kwargs["out"] = out if len(out) > 1 else out[0]
+        res = as_tuple(call(fn, inputs, **kwargs))
+        assert len(res) == N_OUTPUTS[fn]
+        for k, r in enumerate(res):
+            assert tuple(r.shape) == shape, (k, tuple(r.shape))
+            assert r.dtype == torch.float32
+            if use_out:
+                assert r is out[k]
+
+
+# ---------------------------------------------------------------- no dones / all dones
+
+
+FLAGGED = ("gae", "lambda_returns", "discounted_returns", "vtrace", "retrace")
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS[1:])
+def test_none_flags_equal_zero_flags(fn, backend, device):
+    """terminated/done = None means no flag set: same as an all-zero tensor (bool or float)."""
+    g = rng(3)
+    T, N = 9, 3
+    inputs = _basic_inputs(fn, T, N, g)
+    flag_name = "done" if fn in ("eligibility_traces", "episodic_cumsum") else "terminated"
+    base = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    none = as_tuple(call(fn, {**base, flag_name: None}, backend=backend))
+    for zeros in (
+        torch.zeros(T, N, dtype=torch.bool),
+        torch.zeros(T, N, dtype=torch.float32),
+        torch.zeros(1, 1, dtype=torch.uint8),
+    ):
+        zres = as_tuple(call(fn, {**base, flag_name: zeros.to(device)}, backend=backend))
+        for a, b in zip(none, zres):
+            assert_close(a, b, F64)
+    # and it is not a no-op: setting every flag changes the result (T > 1)
+    ones = torch.ones(T, N, dtype=torch.bool, device=device)
+    ores = as_tuple(call(fn, {**base, flag_name: ones}, backend=backend))
+    assert not torch.allclose(ores[0].cpu(), none[0].cpu())
+
+
+def _basic_inputs(fn, T, N, g):
+    """Float64 time-major [T, N] inputs with next_values where the function takes them."""
+    d = {}
+    if fn in ("gae", "lambda_returns", "discounted_returns", "vtrace"):
+        d["rewards"] = u(g, T, N)
+        if fn != "discounted_returns":
+            d["values"] = u(g, T, N)
+        d["terminated"] = None
+        d["next_values"] = u(g, T, N)
+        if fn == "vtrace":
+            d["target_log_probs"] = u(g, T, N, lo=-2, hi=0)
+            d["behavior_log_probs"] = d["target_log_probs"] - u(g, T, N, lo=-0.5, hi=0.5)
+        d["gamma"] = 0.9
+    elif fn == "retrace":
+        d["rewards"], d["q_values"], d["next_expected_q"] = u(g, T, N), u(g, T, N), u(g, T, N)
+        d["target_log_probs"] = u(g, T, N, lo=-2, hi=0)
+        d["behavior_log_probs"] = d["target_log_probs"] - u(g, T, N, lo=-0.5, hi=0.2)
+        d["terminated"] = None
+        d["gamma"] = 0.9
+    elif fn == "linear_scan":
+        d["a"], d["b"] = u(g, T, N), u(g, T, N)
+    else:
+        d["x"] = u(g, T, N)
+        d["done"] = None
+        d["initial"] = u(g, N)
+    return d
+
+
+def test_all_done(backend, device):
+    g = rng(4)
+    T, N = 6, 3
+    r, v, nv, neq, x, init = (u(g, T, N) for _ in range(6))
+    init = init[0]
+    tlp = u(g, T, N, lo=-2, hi=0)
+    blp = tlp - u(g, T, N, lo=-1, hi=1)
+    rho = torch.clamp(torch.exp(tlp - blp), max=1.0)
+    yes = torch.ones(T, N, dtype=torch.bool)
+    d = lambda *ts: dev(device, *ts)
+    rD, vD, nvD, neqD, xD, initD, tlpD, blpD, yesD = d(r, v, nv, neq, x, init, tlp, blp, yes)
+    kw = dict(gamma=0.9, backend=backend)
+
+    # every step terminated: no bootstrap, no trace
+    adv, ret = rtc.gae(rD, vD, yesD, next_values=nvD, lmbda=0.95, **kw)
+    assert_close(adv, r - v, F64)
+    assert_close(ret, r, F64)
+    assert_close(rtc.lambda_returns(rD, vD, yesD, next_values=nvD, **kw), r, F64)
+    assert_close(rtc.discounted_returns(rD, yesD, next_values=nvD, **kw), r, F64)
+    vs, pg = rtc.vtrace(rD, vD, tlpD, blpD, yesD, next_values=nvD, **kw)
+    assert_close(vs, v + rho * (r - v), F64)
+    assert_close(pg, rho * (r - v), F64)
+    assert_close(rtc.retrace(rD, vD, neqD, tlpD, blpD, yesD, **kw), r, F64)
+
+    # every step truncated: bootstrap on next_values, no trace
+    one = r + 0.9 * nv
+    adv, ret = rtc.gae(rD, vD, None, truncated=yesD, next_values=nvD, lmbda=0.95, **kw)
+    assert_close(adv, one - v, F64)
+    assert_close(ret, one, F64)
+    assert_close(rtc.lambda_returns(rD, vD, None, truncated=yesD, next_values=nvD, **kw), one, F64)
+    assert_close(rtc.discounted_returns(rD, None, truncated=yesD, next_values=nvD, **kw), one, F64)
+    vs, pg = rtc.vtrace(rD, vD, tlpD, blpD, None, truncated=yesD, next_values=nvD, **kw)
+    assert_close(vs, v + rho * (one - v), F64)
+    assert_close(pg, rho * (one - v), F64)
+    q = rtc.retrace(rD, vD, neqD, tlpD, blpD, None, truncated=yesD, **kw)
+    assert_close(q, r + 0.9 * neq, F64)
+
+    # forward traces restart every step: only step 0 sees the initial value
+    z = rtc.eligibility_traces(xD, yesD, initial=initD, lmbda=0.5, **kw)
+    want = x.clone()
+    want[0] += 0.45 * init
+    assert_close(z, want, F64)
+    s = rtc.episodic_cumsum(xD, yesD, initial=initD, backend=backend)
+    want = x.clone()
+    want[0] += init
+    assert_close(s, want, F64)
+
+
+@pytest.mark.parametrize("fn", ["gae", "lambda_returns", "discounted_returns", "vtrace"])
+def test_truncation_at_last_step_is_plain_bootstrap(fn, backend, device):
+    """truncated[T-1] changes nothing: the window edge already cuts the trace, and the
+    bootstrap uses next_values[T-1] either way; it also equals bootstrap_value=nv[T-1]."""
+    g = rng(5)
+    T, N = 7, 3
+    inp = _basic_inputs(fn, T, N, g)
+    if "values" in inp:  # make next_values consistent with values so bootstrap form matches
+        inp["next_values"] = torch.cat([inp["values"][1:], inp["next_values"][-1:]], 0)
+    inp["lmbda"] = 0.9 if fn != "discounted_returns" else None
+    inp = {k: v for k, v in inp.items() if v is not None or k == "terminated"}
+    term = torch.zeros(T, N, dtype=torch.bool)
+    term[2, 1] = True
+    trunc = torch.zeros(T, N, dtype=torch.bool)
+    trunc[T - 1] = True
+    base = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+    base["terminated"] = term.to(device)
+    plain = as_tuple(call(fn, base, backend=backend))
+    truncated = as_tuple(call(fn, {**base, "truncated": trunc.to(device)}, backend=backend))
+    boot = dict(base)
+    bv = boot.pop("next_values")[T - 1]
+    boot["bootstrap_value"] = bv
+    booted = as_tuple(call(fn, boot, backend=backend))
+    for a, b, c in zip(plain, truncated, booted):
+        assert_close(b, a, F64, name="truncated[T-1] vs no flag")
+        assert_close(c, a, F64, name="bootstrap_value vs next_values")
+
+
+# ---------------------------------------------------------------- NaN locality
+
+
+def nanpos(t):
+    return torch.isnan(t.cpu())
+
+
+def test_nan_reward_does_not_cross_a_done(backend, device):
+    T = 8
+    r = torch.ones(T, 2, dtype=F64)
+    v = torch.zeros(T, 2, dtype=F64)
+    term = torch.zeros(T, 2, dtype=torch.bool)
+    term[3] = True  # episode 1: steps 0..3, episode 2: steps 4..7
+    r[5, 0] = NAN
+    bv = torch.zeros(2, dtype=F64)
+    rD, vD, termD, bvD = dev(device, r, v, term, bv)
+    adv, ret = rtc.gae(rD, vD, termD, bootstrap_value=bvD, backend=backend)
+    want = torch.zeros(T, 2, dtype=torch.bool)
+    want[4:6, 0] = True  # the NaN reaches steps 4 and 5 of its own episode, env 0 only
+    for out in (adv, ret):
+        assert torch.equal(nanpos(out), want), nanpos(out)
+    # the finite part equals the NaN-free computation
+    clean = r.clone()
+    clean[5, 0] = 1.0
+    adv0, _ = rtc.gae(clean.to(device), vD, termD, bootstrap_value=bvD, backend=backend)
+    assert_close(torch.where(want, 0.0, adv.cpu()), torch.where(want, 0.0, adv0.cpu()), F64)
+
+    s = rtc.episodic_cumsum(rD, termD, backend=backend)
+    want_fwd = torch.zeros(T, 2, dtype=torch.bool)
+    want_fwd[5:, 0] = True
+    assert torch.equal(nanpos(s), want_fwd), nanpos(s)
+    z = rtc.eligibility_traces(rD, termD, backend=backend)
+    assert torch.equal(nanpos(z), want_fwd), nanpos(z)
+    disc = rtc.discounted_returns(rD, termD, backend=backend)
+    assert torch.equal(nanpos(disc), want), nanpos(disc)
+
+
+def test_nan_next_value_at_terminated_step_is_gated(backend, device):
+    T, N = 6, 2
+    g = rng(6)
+    r, v, nv = u(g, T, N), u(g, T, N), u(g, T, N)
+    term = torch.zeros(T, N, dtype=torch.bool)
+    term[2, :] = True
+    term[T - 1, 0] = True
+    nv[2, :] = NAN
+    nv[T - 1, 0] = NAN
+    bv = torch.tensor([NAN, 0.5], dtype=F64)
+    tlp = u(g, T, N, lo=-1, hi=0)
+    rD, vD, nvD, termD, bvD, tlpD = dev(device, r, v, nv, term, bv, tlp)
+    kw = dict(gamma=0.9, backend=backend)
+    outs = {
+        "gae(next_values)": rtc.gae(rD, vD, termD, next_values=nvD, **kw),
+        "gae(bootstrap)": rtc.gae(rD, vD, termD, bootstrap_value=bvD, **kw),
+        "lambda_returns": rtc.lambda_returns(rD, vD, termD, next_values=nvD, **kw),
+        "lambda_returns(values=None)": rtc.lambda_returns(rD, None, termD, next_values=nvD, **kw),
+        "discounted_returns(next_values)": rtc.discounted_returns(rD, termD, next_values=nvD, **kw),
+        "discounted_returns(bootstrap)": rtc.discounted_returns(
+            rD, termD, bootstrap_value=bvD, **kw
+        ),
+        "vtrace": rtc.vtrace(rD, vD, tlpD, tlpD, termD, next_values=nvD, **kw),
+        "vtrace(bootstrap)": rtc.vtrace(rD, vD, tlpD, tlpD, termD, bootstrap_value=bvD, **kw),
+        "retrace": rtc.retrace(rD, vD, nvD, tlpD, tlpD, termD, **kw),
+    }
+    for name, res in outs.items():
+        for k, t in enumerate(as_tuple(res)):
+            assert not nanpos(t).any(), f"{name} output {k}: NaN leaked through terminated"
+
+
+def test_nan_value_after_a_termination_reaches_only_its_own_step(backend, device):
+    """values[k+1] with terminated[k]: it is nv_k (gated) and v_{k+1} (step k+1 only)."""
+    T, N, k = 6, 2, 2
+    g = rng(7)
+    r, v, bv = u(g, T, N), u(g, T, N), u(g, N)
+    term = torch.zeros(T, N, dtype=torch.bool)
+    term[k, 1] = True
+    v[k + 1, 1] = NAN
+    rD, vD, termD, bvD = dev(device, r, v, term, bv)
+    adv, ret = rtc.gae(rD, vD, termD, bootstrap_value=bvD, backend=backend)
+    want = torch.zeros(T, N, dtype=torch.bool)
+    want[k + 1, 1] = True
+    assert torch.equal(nanpos(adv), want), nanpos(adv)
+    assert torch.equal(nanpos(ret), want), nanpos(ret)
+
+
+def _unused_nan_next_values(device):
+    T, N = 6, 2
+    g = rng(8)
+    r, nv = u(g, T, N), u(g, T, N)
+    trunc = torch.zeros(T, N, dtype=torch.bool)
+    trunc[2, 0] = True
+    nv[0, :] = NAN  # c_0 = 1: never used
+    nv[3, 0] = NAN  # c_3 = 1: never used
+    return dev(device, r, nv, trunc)
+
+
+def test_nan_unused_next_values_discounted_returns(backend, device):
+    """discounted_returns uses nv_t only where c_t = 0."""
+    r, nv, trunc = _unused_nan_next_values(device)
+    d = rtc.discounted_returns(r, None, truncated=trunc, next_values=nv, backend=backend)
+    assert not nanpos(d).any(), nanpos(d)
+
+
+def test_nan_unused_next_values_lambda_returns_lambda_one(backend, device):
+    """TD(lambda = 1): the weight (1 - lambda_t c_t) of nv_t is exactly 0 where c_t = 1."""
+    r, nv, trunc = _unused_nan_next_values(device)
+    lam = rtc.lambda_returns(
+        r, None, None, truncated=trunc, next_values=nv, lmbda=1.0, backend=backend
+    )
+    assert not nanpos(lam).any(), nanpos(lam)
+
+
+def test_nan_across_cut_vtrace_retrace(backend, device):
+    T, N, k = 7, 2, 3
+    g = rng(9)
+    r, v, nv, q = u(g, T, N), u(g, T, N), u(g, T, N), u(g, T, N)
+    tlp = u(g, T, N, lo=-2, hi=0)
+    blp = tlp - u(g, T, N, lo=-0.5, hi=0.5)
+    term = torch.zeros(T, N, dtype=torch.bool)
+    trunc = torch.zeros(T, N, dtype=torch.bool)
+    term[k, 0] = True
+    trunc[k, 1] = True
+    for name in ("tlp", "blp", "q"):
+        tl, bl, qq = tlp.clone(), blp.clone(), q.clone()
+        {"tlp": tl, "blp": bl, "q": qq}[name][k + 1, :] = NAN
+        args = dev(device, r, v, nv, term, trunc, tl, bl, qq)
+        rD, vD, nvD, termD, truncD, tlD, blD, qD = args
+        first = slice(0, k + 1)
+        if name != "q":
+            vs, pg = rtc.vtrace(
+                rD, vD, tlD, blD, termD, truncated=truncD, next_values=nvD, backend=backend
+            )
+            for t in (vs, pg):
+                assert not nanpos(t)[first].any(), f"vtrace: NaN {name} crossed the cut"
+                assert nanpos(t)[k + 1].all(), f"vtrace: NaN {name} at its own step vanished"
+        for trace in ("retrace", "tree_backup", "importance_sampling", "q_lambda"):
+            Q = rtc.retrace(
+                rD, qD, nvD, tlD, blD, termD, truncated=truncD, trace=trace, backend=backend
+            )
+            # q_values_{k+1} and the trace coefficient of step k+1 enter only Q_k, and there
+            # they are multiplied by c_k = 0: no output is reached
+            assert not nanpos(Q).any(), f"retrace {trace}: NaN {name} at step {k + 1} leaked"
+
+
+def test_nan_log_probs_unused_by_q_lambda(backend, device):
+    T, N = 6, 2
+    g = rng(10)
+    r, q, neq = u(g, T, N), u(g, T, N), u(g, T, N)
+    tlp = torch.full((T, N), NAN, dtype=F64)
+    args = dev(device, r, q, neq, tlp, tlp)
+    Q = rtc.retrace(*args, None, trace="q_lambda", lmbda=0.7, gamma=0.9, backend=backend)
+    assert not nanpos(Q).any(), "q_lambda does not use the log-probabilities"
+    # tree_backup does not use the behaviour policy
+    tl = u(g, T, N, lo=-1, hi=0).to(device)
+    Q = rtc.retrace(
+        *args[:3], tl, tlp.to(device), None, trace="tree_backup", gamma=0.9, backend=backend
+    )
+    assert not nanpos(Q).any(), "tree_backup does not use behavior_log_probs"
+    # the trace coefficient of step 0 multiplies nothing
+    tl0, bl0 = u(g, T, N, lo=-1, hi=0), u(g, T, N, lo=-1, hi=0)
+    tl0[0], bl0[0] = NAN, NAN
+    Q = rtc.retrace(*args[:3], tl0.to(device), bl0.to(device), None, gamma=0.9, backend=backend)
+    assert not nanpos(Q).any(), "kappa_0 is never used"
+
+
+def test_linear_scan_zero_coefficient_is_a_hard_cut(backend, device):
+    T = 6
+    a = torch.full((T, 2), 0.5, dtype=F64)
+    b = torch.arange(T * 2, dtype=F64).reshape(T, 2) / 7
+    a[2] = 0.0
+    b[0, 0] = NAN
+    b[1, 1] = math.inf
+    x = rtc.linear_scan(a.to(device), b.to(device), backend=backend).cpu()
+    assert torch.isnan(x[:2, 0]).all() and torch.isinf(x[1, 1])
+    assert torch.equal(x[2], b[2]), f"a_t == 0 must give x_t == b_t exactly, got {x[2]}"
+    assert torch.isfinite(x[2:]).all()
+    # reverse: the cut at t = 2 protects steps <= 2 from NaN at t >= 3
+    b2 = torch.arange(T * 2, dtype=F64).reshape(T, 2) / 7
+    b2[4] = NAN
+    init = torch.tensor([NAN, 1.0], dtype=F64)
+    xr = rtc.linear_scan(
+        a.to(device), b2.to(device), initial=init.to(device), reverse=True, backend=backend
+    ).cpu()
+    assert torch.equal(xr[2], b2[2])
+    assert torch.isfinite(xr[:3]).all() and torch.isnan(xr[3:5]).all()
+    assert torch.isnan(xr[5, 0]) and torch.isfinite(xr[5, 1])
+
+
+def test_nan_in_one_env_stays_there(backend, device):
+    T, N = 9, 5
+    g = rng(11)
+    for fn in FUNCTIONS:
+        inp = _basic_inputs(fn, T, N, g)
+        first = "b" if fn == "linear_scan" else STEP_ARGS[fn][0]
+        poisoned = inp[first].clone()
+        poisoned[:, 2] = NAN
+        d = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+        clean = as_tuple(call(fn, d, backend=backend))
+        dirty = as_tuple(call(fn, {**d, first: poisoned.to(device)}, backend=backend))
+        for c, dd in zip(clean, dirty):
+            keep = [0, 1, 3, 4]
+            assert_close(dd[:, keep], c[:, keep].cpu(), F64, name=f"{fn} other envs")
+            assert torch.isnan(dd[:, 2].cpu()).all(), f"{fn}: poisoned env lost its NaN"
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_random_nan_locality_matches_oracle(fn, backend, device):
+    """NaN injected at random positions of a random value input: the NaN pattern (and the
+    finite values) match the oracle, which drops every term with an exact zero coefficient."""
+    dtype = torch.float64
+
+    @hyp_settings(backend, 1.5)
+    @given(data=st.data())
+    def run(data):
+        T = data.draw(st.integers(1, max_T(backend, 12)), label="T")
+        N = data.draw(st.integers(1, 3), label="N")
+        gen = gen_from(data.draw)
+        case = build_case(fn, data.draw, T, (N,), dtype, gen, nonzero_params=True)
+        names = sorted(
+            k
+            for k, v in case.inputs.items()
+            if isinstance(v, torch.Tensor)
+            and kind_of(fn, k) in ("step", "notime")
+            and k != "a"  # NaN scan coefficients: no clear "reach" rule
+        )
+        name = data.draw(st.sampled_from(names), label="poisoned input")
+        t = case.inputs[name].clone()
+        flat = t.view(-1)
+        for _ in range(data.draw(st.integers(1, 2))):
+            flat[data.draw(st.integers(0, flat.numel() - 1))] = NAN
+        case.inputs[name] = t
+        expected = oracle(fn, case.inputs, T, (N,))
+        inputs = {
+            k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in case.inputs.items()
+        }
+        res = as_tuple(call(fn, inputs, backend=backend))
+        for k, (r, e) in enumerate(zip(res, expected)):
+            assert_close(r, e, dtype, name=f"{fn} output {k} (NaN in {name})")
+
+    run()
+
+
+# ---------------------------------------------------------------- long sequences
+
+
+def long_inputs(fn, T, N, g):
+    """gamma * lambda close to 1, rare dones, float32."""
+    p_done = 2.0 / T
+    d = {}
+    if fn == "linear_scan":
+        d["a"] = u(g, T, N, lo=0.99, hi=1.0)
+        d["a"][torch.rand(T, N, generator=g) < p_done] = 0.0
+        d["b"] = u(g, T, N)
+        d["initial"] = u(g, N)
+        d["reverse"] = bool(T % 2)
+        return d
+    flags = lambda: torch.rand(T, N, generator=g) < p_done
+    if fn in ("eligibility_traces", "episodic_cumsum"):
+        d["x"] = u(g, T, N)
+        d["done"] = flags()
+        d["initial"] = u(g, N)
+        if fn == "eligibility_traces":
+            d["gamma"], d["lmbda"] = 0.999, 0.995
+        return d
+    d["rewards"] = u(g, T, N, lo=-0.5, hi=1.0)
+    d["terminated"] = flags()
+    d["gamma"] = 0.999
+    if fn == "retrace":
+        d["q_values"], d["next_expected_q"] = u(g, T, N), u(g, T, N)
+        d["target_log_probs"] = u(g, T, N, lo=-0.05, hi=0)
+        d["behavior_log_probs"] = d["target_log_probs"] - u(g, T, N, lo=-0.05, hi=0.02)
+        d["lmbda"] = 0.995
+        d["trace"] = "retrace"
+        return d
+    d["truncated"] = flags()
+    d["next_values"] = u(g, T, N)
+    if fn != "discounted_returns":
+        d["values"] = u(g, T, N)
+        d["lmbda"] = 0.995 if fn != "vtrace" else 1.0
+    if fn == "vtrace":
+        d["target_log_probs"] = u(g, T, N, lo=-1, hi=0)
+        d["behavior_log_probs"] = d["target_log_probs"] - u(g, T, N, lo=-0.05, hi=0.05)
+    return d
+
+
+@pytest.mark.parametrize("T", [300, 2000])
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_long_sequences_float32(fn, T, backend, device):
+    if interpreted(backend):
+        # The interpreter runs tiny tiles (4 steps) and splits time into chunks of 8 steps, so
+        # these lengths already cross many tiles and chunks; longer ones only cost CI minutes.
+        T = T // 10
+    g = rng(T)
+    N = 3
+    inp = long_inputs(fn, T, N, g)
+    ref = as_tuple(call(fn, inp, backend="reference"))
+    f32 = {}
+    for k, v in inp.items():
+        if isinstance(v, torch.Tensor):
+            v = v.to(device=device, dtype=torch.float32 if v.is_floating_point() else v.dtype)
+        f32[k] = v
+    res = as_tuple(call(fn, f32, backend=backend))
+    for k, (r, e) in enumerate(zip(res, ref)):
+        assert r.dtype == torch.float32
+        assert_close(r, e, torch.float32, rtol=1e-5, name=f"{fn} output {k}, T={T}")
+
+
+# ---------------------------------------------------------------- many environments, long + cuts
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_many_environments(fn, backend, device):
+    """More sequences than any one kernel block holds (N = 1000): no env is skipped or mixed."""
+    g = rng(13)
+    # The interpreter's blocks hold 2-4 sequences; a GPU block up to 256.
+    T, N = 4, (40 if interpreted(backend) else 1000)
+    inp = long_inputs(fn, T, N, g)
+    for name in ("terminated", "truncated", "done"):
+        if name in inp:
+            inp[name] = torch.rand(T, N, generator=g) < 0.3
+    ref = as_tuple(call(fn, inp, backend="reference"))
+    d = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+    res = as_tuple(call(fn, d, backend=backend))
+    for k, (r, e) in enumerate(zip(res, ref)):
+        assert_close(r, e, F64, name=f"{fn} output {k}")
+
+
+@pytest.mark.parametrize("fn", ["gae", "vtrace", "linear_scan", "episodic_cumsum"])
+def test_long_sequence_with_cuts_and_nan_matches_oracle(fn, backend, device):
+    """A long window (any T-split of the kernel), frequent cuts and a few NaN rewards: values
+    and NaN pattern match the oracle."""
+    T = 150 if interpreted(backend) else 1500
+    N = 2
+    g = rng(14)
+    inp = long_inputs(fn, T, N, g)
+    for name in ("terminated", "truncated", "done"):
+        if name in inp:
+            inp[name] = torch.rand(T, N, generator=g) < 0.05
+    if fn == "linear_scan":
+        inp["a"][torch.rand(T, N, generator=g) < 0.05] = 0.0
+    first = "b" if fn == "linear_scan" else STEP_ARGS[fn][0]
+    for t, n in [(5, 0), (T // 2, 1), (T // 3, 0), (T - 1, 1)]:
+        inp[first][t, n] = NAN
+    expected = oracle(fn, inp, T, (N,))
+    d = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+    res = as_tuple(call(fn, d, backend=backend))
+    for k, (r, e) in enumerate(zip(res, expected)):
+        n_nan = int(torch.isnan(e).sum())
+        assert 0 < n_nan < e.numel() // 2, "the test needs some, but not most, outputs NaN"
+        assert_close(r, e, F64, name=f"{fn} output {k}")

@@ -1,0 +1,276 @@
+"""GPU-only checks of the Triton backend at sizes the CPU interpreter cannot reach.
+
+Large and long shapes in every layout and dtype (outputs poisoned with NaN first), indexing
+past 2**31 elements, float32 accuracy at T = 100,000 with gamma*lambda close to 1, run-to-run
+bit-identical outputs, and CUDA-graph capture and replay. The oracle for large shapes is the
+torch backend in float64 (itself checked against the reference loop by the rest of the suite).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rl_triton_core as rtc
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available"),
+]
+CUDA = torch.device("cuda")
+RTOL = {torch.float64: 1e-9, torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, name: str) -> None:
+    assert not torch.isnan(got).any(), f"{name}: NaN left in the output (unwritten elements?)"
+    scale = want.abs().max().clamp_min(1.0)
+    err = ((got.double() - want.double()).abs().max() / scale).item()
+    assert err <= RTOL[dtype], f"{name}: max relative error {err:.3g} > {RTOL[dtype]:g}"
+
+
+def _close_all(got: dict, want: dict, dtype: torch.dtype, label: str) -> None:
+    """Every output of every estimator of ``_run_all``."""
+    for name, g in got.items():
+        w = want[name]
+        g, w = (g if isinstance(g, tuple) else (g,)), (w if isinstance(w, tuple) else (w,))
+        for i, (gi, wi) in enumerate(zip(g, w, strict=True)):
+            _close(gi, wi, dtype, f"{name}[{i}] {label}")
+
+
+def _inputs(shape, time_dim, dtype, gen, flag_dtype=torch.bool):
+    def step():
+        return torch.randn(shape, generator=gen, device=CUDA).to(dtype)
+
+    term = (torch.rand(shape, generator=gen, device=CUDA) < 0.02).to(flag_dtype)
+    trunc = (torch.rand(shape, generator=gen, device=CUDA) < 0.01).to(flag_dtype)
+    return dict(
+        rewards=step(),
+        values=step(),
+        next_values=step(),
+        tlp=-step().abs(),
+        blp=-step().abs(),
+        term=term,
+        trunc=trunc,
+    )
+
+
+def _f64(d):
+    return {k: (v.double() if v.is_floating_point() else v) for k, v in d.items()}
+
+
+def _run_all(d, time_dim, backend, out_like=None):
+    """Every estimator on one input set; returns a dict of outputs."""
+    kw = dict(time_dim=time_dim, backend=backend)
+
+    def poisoned(n=1):
+        if out_like is None:
+            return None
+        outs = tuple(torch.full_like(out_like, float("nan")) for _ in range(n))
+        return outs if n > 1 else outs[0]
+
+    res = {}
+    res["gae"] = rtc.gae(
+        d["rewards"],
+        d["values"],
+        d["term"],
+        truncated=d["trunc"],
+        next_values=d["next_values"],
+        gamma=0.99,
+        lmbda=0.95,
+        out=poisoned(2),
+        **kw,
+    )
+    res["lambda"] = rtc.lambda_returns(
+        d["rewards"],
+        d["values"],
+        d["term"],
+        truncated=d["trunc"],
+        next_values=d["next_values"],
+        out=poisoned(),
+        **kw,
+    )
+    res["disc"] = rtc.discounted_returns(
+        d["rewards"],
+        d["term"],
+        truncated=d["trunc"],
+        next_values=d["next_values"],
+        out=poisoned(),
+        **kw,
+    )
+    res["vtrace"] = rtc.vtrace(
+        d["rewards"],
+        d["values"],
+        d["tlp"],
+        d["blp"],
+        d["term"],
+        truncated=d["trunc"],
+        next_values=d["next_values"],
+        lmbda=0.9,
+        out=poisoned(2),
+        **kw,
+    )
+    res["retrace"] = rtc.retrace(
+        d["rewards"],
+        d["values"],
+        d["next_values"],
+        d["tlp"],
+        d["blp"],
+        d["term"],
+        truncated=d["trunc"],
+        lmbda=0.9,
+        out=poisoned(),
+        **kw,
+    )
+    res["traces"] = rtc.eligibility_traces(d["rewards"], d["term"], out=poisoned(), **kw)
+    res["scan"] = rtc.linear_scan(
+        d["values"].sigmoid(), d["rewards"], reverse=True, out=poisoned(), **kw
+    )
+    return res
+
+
+LAYOUTS = {
+    "time-major [T, N]": lambda T, N: ((T, N), 0),
+    "batch-major [N, T]": lambda T, N: ((N, T), 1),
+    "torchrl [B, N, T, 1]": lambda T, N: ((2, N // 2 or 1, T, 1), -2),
+}
+SHAPES = [(1, 4096), (100, 1000), (4096, 3), (1_000_000, 1), (131_072, 16), (64, 65_536)]
+
+
+@pytest.mark.parametrize("T,N", SHAPES)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_large_shapes_every_estimator(T, N, layout, dtype):
+    if dtype != torch.float32 and T * N > 2_000_000 and layout != "time-major [T, N]":
+        pytest.skip("one layout per non-float32 dtype at the largest sizes keeps the run short")
+    shape, time_dim = LAYOUTS[layout](T, N)
+    gen = torch.Generator(device=CUDA).manual_seed(T + N)
+    d = _inputs(shape, time_dim, dtype, gen)
+    out_like = torch.empty(shape, dtype=dtype, device=CUDA)
+    got = _run_all(d, time_dim, "triton", out_like=out_like)
+    _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
+
+
+@pytest.mark.parametrize("flag_dtype", [torch.uint8, torch.int64, torch.float32])
+def test_flag_dtypes_large(flag_dtype):
+    gen = torch.Generator(device=CUDA).manual_seed(3)
+    d = _inputs((512, 2048), 0, torch.float32, gen, flag_dtype=flag_dtype)
+    got, want = _run_all(d, 0, "triton"), _run_all(_f64(d), 0, "torch")
+    _close_all(got, want, torch.float32, f"flags {flag_dtype}")
+
+
+def test_strided_views_read_in_place():
+    gen = torch.Generator(device=CUDA).manual_seed(4)
+    base = torch.randn(300, 2, 700, generator=gen, device=CUDA)
+    rewards = base[:, 0, ::2]  # non-contiguous view [300, 350]
+    values = base[:, 1, 1::2]
+    term = torch.rand(300, 350, generator=gen, device=CUDA) < 0.05
+    got = rtc.gae(rewards, values, term, bootstrap_value=values[0], backend="triton")
+    want = rtc.gae(
+        rewards.double(), values.double(), term, bootstrap_value=values[0].double(), backend="torch"
+    )
+    for g, w in zip(got, want, strict=True):
+        _close(g, w, torch.float32, "strided gae")
+
+
+def test_indexing_beyond_2_31_elements():
+    T, N = 32_768, 65_536 + 64  # 2**31 + 2**21 elements per tensor
+    if torch.cuda.get_device_properties(CUDA).total_memory < 60 * 2**30:
+        pytest.skip("needs ~50 GB of GPU memory")
+    gen = torch.Generator(device=CUDA).manual_seed(5)
+    rewards = torch.randn(T, N, generator=gen, device=CUDA)
+    term = torch.zeros(T, N, dtype=torch.bool, device=CUDA)
+    term[::97] = True
+    adv = torch.full_like(rewards, float("nan"))
+    ret = torch.full_like(rewards, float("nan"))
+    rtc.gae(rewards, rewards, term, bootstrap_value=rewards[0], out=(adv, ret), backend="triton")
+    cols = slice(N - 40, N)  # the columns whose offsets pass 2**31
+    want, _ = rtc.gae(
+        rewards[:, cols].double(),
+        rewards[:, cols].double(),
+        term[:, cols],
+        bootstrap_value=rewards[0, cols].double(),
+        backend="torch",
+    )
+    _close(adv[:, cols], want, torch.float32, "gae past 2**31")
+    assert not torch.isnan(adv[-1]).any() and not torch.isnan(ret[-1]).any()
+    del rewards, term, adv, ret
+    torch.cuda.empty_cache()
+
+
+def test_long_horizon_float32_accuracy():
+    T, N = 100_000, 8
+    gen = torch.Generator(device=CUDA).manual_seed(6)
+    r = torch.randn(T, N, generator=gen, device=CUDA)
+    v = torch.randn(T, N, generator=gen, device=CUDA)
+    term = torch.rand(T, N, generator=gen, device=CUDA) < 1e-4
+    boot = torch.randn(N, generator=gen, device=CUDA)
+    for gamma, lmbda in [(0.9999, 0.999), (1.0, 1.0)]:
+        got = rtc.gae(r, v, term, bootstrap_value=boot, gamma=gamma, lmbda=lmbda, backend="triton")
+        want = rtc.gae(
+            r.double(),
+            v.double(),
+            term,
+            bootstrap_value=boot.double(),
+            gamma=gamma,
+            lmbda=lmbda,
+            backend="reference" if T * N < 10_000 else "torch",
+        )
+        for g, w in zip(got, want, strict=True):
+            _close(g, w, torch.float32, f"gae T=1e5 gamma={gamma} lambda={lmbda}")
+
+
+def test_deterministic_bit_identical():
+    gen = torch.Generator(device=CUDA).manual_seed(7)
+    d = _inputs((65_536, 24), 0, torch.float32, gen)
+    first = _run_all(d, 0, "triton")
+    for _ in range(3):
+        again = _run_all(d, 0, "triton")
+        for name in first:
+            a = first[name] if isinstance(first[name], tuple) else (first[name],)
+            b = again[name] if isinstance(again[name], tuple) else (again[name],)
+            for x, y in zip(a, b, strict=True):
+                assert torch.equal(x, y), f"{name}: outputs differ between identical runs"
+
+
+@pytest.mark.parametrize("T,N", [(128, 4096), (131_072, 16)])
+def test_cuda_graph_capture_and_replay(T, N):
+    gen = torch.Generator(device=CUDA).manual_seed(8)
+    r = torch.randn(T, N, generator=gen, device=CUDA)
+    v = torch.randn(T, N, generator=gen, device=CUDA)
+    term = torch.rand(T, N, generator=gen, device=CUDA) < 0.05
+    boot = torch.randn(N, generator=gen, device=CUDA)
+    adv = torch.empty_like(r)
+    ret = torch.empty_like(r)
+
+    def step():
+        rtc.gae(r, v, term, bootstrap_value=boot, out=(adv, ret), backend="triton")
+        return rtc.vtrace(r, v, -v.abs(), -r.abs(), term, bootstrap_value=boot)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # compile and warm up outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        vs, _ = step()
+    for _ in range(2):  # new data in the same buffers, then replay
+        r.copy_(torch.randn(T, N, generator=gen, device=CUDA))
+        term.copy_(torch.rand(T, N, generator=gen, device=CUDA) < 0.05)
+        adv.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want_adv, _ = rtc.gae(
+            r.double(), v.double(), term, bootstrap_value=boot.double(), backend="torch"
+        )
+        want_vs, _ = rtc.vtrace(
+            r.double(),
+            v.double(),
+            -v.abs().double(),
+            -r.abs().double(),
+            term,
+            bootstrap_value=boot.double(),
+            backend="torch",
+        )
+        _close(adv, want_adv, torch.float32, "graph gae")
+        _close(vs, want_vs, torch.float32, "graph vtrace")

@@ -1,0 +1,314 @@
+"""Bad input raises ValueError/TypeError naming the offending argument (never AssertionError,
+never a wrong result); ``available_backends``."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from _support import (
+    FLAG_ARGS,
+    FUNCTIONS,
+    N_OUTPUTS,
+    NOTIME_ARGS,
+    PARAM_ARGS,
+    POSITIONAL,
+    STEP_ARGS,
+    as_tuple,
+    call,
+)
+from conftest import HAS_CUDA, TRITON_INTERPRET, assert_close
+
+import rl_triton_core as rtc
+
+T, N = 5, 3
+BOOT_FNS = ("gae", "lambda_returns", "vtrace")  # need next_values or bootstrap_value
+NV_FNS = ("gae", "lambda_returns", "discounted_returns", "vtrace")  # take next_values
+
+
+def shape_id(shape) -> str:
+    return "x".join(map(str, shape)) if shape else "0dim"
+
+
+def named(name: str) -> str:
+    """Regex: ``name`` as a whole word (so "values" does not match "next_values")."""
+    return rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])"
+
+
+def valid(fn, device="cpu", dtype=torch.float32, *, with_next_values=False):
+    """Valid time-major [T, N] inputs for ``fn`` (every optional tensor argument filled)."""
+    g = torch.Generator().manual_seed(0)
+    f = lambda *shape: torch.rand(shape, generator=g).to(device=device, dtype=dtype)
+    flag = lambda: (torch.rand(T, N, generator=g) < 0.3).to(device)
+    d = {}
+    for name in STEP_ARGS[fn]:
+        if name == "next_values" and not with_next_values:
+            continue
+        d[name] = f(T, N)
+    for name in FLAG_ARGS[fn]:
+        if name == "truncated" and fn in NV_FNS and not with_next_values:
+            continue
+        d[name] = flag()
+    for name in NOTIME_ARGS[fn]:
+        if name == "bootstrap_value" and with_next_values:
+            continue
+        d[name] = f(N)
+    for name in PARAM_ARGS[fn]:
+        d[name] = {"gamma": 0.9, "lmbda": 0.9}.get(name, 1.0)
+    return d
+
+
+def check_raises(exc, pattern, fn, inputs, backend="torch", **kwargs):
+    with pytest.raises(exc) as info:
+        call(fn, inputs, backend=backend, **kwargs)
+    msg = str(info.value)
+    assert re.search(pattern, msg), f"{exc}: message {msg!r} does not match {pattern!r}"
+
+
+# ---------------------------------------------------------------- baseline
+
+
+@pytest.mark.parametrize("with_nv", [False, True])
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_valid_inputs_are_accepted(fn, with_nv, backend, device):
+    """The baselines the error tests perturb are valid (so each error is caused by the
+    perturbation alone)."""
+    res = as_tuple(call(fn, valid(fn, device, with_next_values=with_nv), backend=backend))
+    assert len(res) == N_OUTPUTS[fn]
+    for r in res:
+        assert tuple(r.shape) == (T, N) and r.dtype == torch.float32
+        assert torch.isfinite(r).all()
+
+
+# ---------------------------------------------------------------- shapes
+
+
+def _perturbable(fn, kinds, with_nv=True):
+    out = []
+    for name in valid(fn, with_next_values=with_nv):
+        if name == POSITIONAL[fn][0]:
+            continue  # the first argument defines the shape
+        if any(name in table[fn] for table in kinds):
+            out.append((fn, name))
+    return out
+
+
+STEP_CASES = [c for fn in FUNCTIONS for c in _perturbable(fn, [STEP_ARGS])]
+FLAG_CASES = [c for fn in FUNCTIONS for c in _perturbable(fn, [FLAG_ARGS])]
+NOTIME_CASES = [c for fn in FUNCTIONS for c in _perturbable(fn, [NOTIME_ARGS], with_nv=False)]
+PARAM_CASES = [(fn, name) for fn in FUNCTIONS for name in PARAM_ARGS[fn]]
+
+
+@pytest.mark.parametrize(("fn", "name"), STEP_CASES)
+@pytest.mark.parametrize(
+    "bad_shape", [(T, N + 1), (T + 1, N), (T - 1, 1), (T,), (T, N, 2)], ids=str
+)
+def test_value_shape_mismatch(fn, name, bad_shape, backend):
+    inputs = valid(fn, with_next_values=True)
+    inputs[name] = torch.rand(bad_shape)
+    check_raises(ValueError, named(name), fn, inputs, backend)
+
+
+@pytest.mark.parametrize(("fn", "name"), FLAG_CASES)
+@pytest.mark.parametrize(
+    "bad_shape", [(T, N + 1), (T + 1, N), (T - 1, 1), (T,), (T, N, 1)], ids=str
+)
+def test_flag_shape_mismatch(fn, name, bad_shape, backend):
+    """Flags broadcast only with the same number of dims (each dim equal or 1)."""
+    inputs = valid(fn, with_next_values=True)
+    inputs[name] = torch.zeros(bad_shape, dtype=torch.bool)
+    check_raises(ValueError, named(name), fn, inputs, backend)
+
+
+@pytest.mark.parametrize(("fn", "name"), FLAG_CASES)
+def test_flag_broadcast_shapes_are_accepted(fn, name, backend):
+    inputs = valid(fn, with_next_values=True)
+    for shape in [(1, N), (T, 1), (1, 1)]:
+        inputs[name] = torch.zeros(shape, dtype=torch.bool)
+        call(fn, inputs, backend=backend)
+
+
+@pytest.mark.parametrize(("fn", "name"), STEP_CASES)
+def test_value_broadcast_same_rank(fn, name, backend):
+    """Library decision: per-step value tensors may broadcast too (same rank, size-1 dims)."""
+    inputs = valid(fn, dtype=torch.float64, with_next_values=True)
+    for shape in [(T, 1), (1, N)]:
+        small = torch.rand(shape, dtype=torch.float64)
+        got = as_tuple(call(fn, {**inputs, name: small}, backend=backend))
+        ref = as_tuple(call(fn, {**inputs, name: small.expand(T, N)}, backend="reference"))
+        for g, r in zip(got, ref):
+            assert tuple(g.shape) == (T, N)
+            assert_close(g, r, torch.float64)
+
+
+@pytest.mark.parametrize("fn", ["gae", "vtrace", "retrace", "eligibility_traces"])
+def test_zero_dim_coefficient_is_a_scalar(fn, backend):
+    inputs = valid(fn, dtype=torch.float64)
+    a = as_tuple(call(fn, {**inputs, "gamma": 0.75}, backend=backend))
+    b = as_tuple(
+        call(fn, {**inputs, "gamma": torch.tensor(0.75, dtype=torch.float64)}, backend=backend)
+    )
+    for x, y in zip(a, b):
+        assert_close(y, x, torch.float64)
+
+
+@pytest.mark.parametrize(("fn", "name"), NOTIME_CASES)
+@pytest.mark.parametrize("bad_shape", [(N + 1,), (T, N), (1, N + 1), (), (N, 1)], ids=shape_id)
+def test_bootstrap_and_initial_shape(fn, name, bad_shape, backend):
+    inputs = valid(fn)
+    inputs[name] = torch.rand(bad_shape)
+    check_raises(ValueError, named(name), fn, inputs, backend)
+
+
+@pytest.mark.parametrize(("fn", "name"), PARAM_CASES)
+@pytest.mark.parametrize("bad_shape", [(T, N + 1), (T + 1, 1), (N,), (T, N, 1)], ids=shape_id)
+def test_param_shape_mismatch(fn, name, bad_shape, backend):
+    inputs = valid(fn)
+    inputs[name] = torch.full(bad_shape, 0.5)
+    check_raises(ValueError, named(name), fn, inputs, backend)
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
+@pytest.mark.parametrize("time_dim", [2, -3, 5])
+def test_time_dim_out_of_range(fn, time_dim, backend):
+    check_raises(ValueError, named("time_dim"), fn, valid(fn), backend, time_dim=time_dim)
+
+
+# ---------------------------------------------------------------- missing arguments
+
+
+@pytest.mark.parametrize("fn", BOOT_FNS)
+def test_missing_next_values_and_bootstrap(fn, backend):
+    inputs = valid(fn)
+    del inputs["bootstrap_value"]
+    check_raises(
+        ValueError, f"{named('bootstrap_value')}|{named('next_values')}", fn, inputs, backend
+    )
+
+
+def test_discounted_returns_missing_bootstrap_means_zero(backend):
+    inputs = valid("discounted_returns")
+    del inputs["bootstrap_value"]
+    got = call("discounted_returns", inputs, backend=backend)
+    inputs["bootstrap_value"] = torch.zeros(N)
+    want = call("discounted_returns", inputs, backend=backend)
+    assert torch.equal(got, want)
+
+
+def test_lambda_returns_needs_values_or_next_values(backend):
+    inputs = valid("lambda_returns")
+    inputs["values"] = None
+    check_raises(
+        ValueError, f"{named('values')}|{named('next_values')}", "lambda_returns", inputs, backend
+    )
+
+
+@pytest.mark.parametrize("fn", NV_FNS)
+def test_truncated_without_next_values(fn, backend):
+    inputs = valid(fn)  # has bootstrap_value, no next_values
+    inputs["truncated"] = torch.zeros(T, N, dtype=torch.bool)
+    check_raises(ValueError, named("truncated"), fn, inputs, backend)
+
+
+# ---------------------------------------------------------------- dtypes
+
+
+DTYPE_CASES = [
+    (fn, name)
+    for fn in FUNCTIONS
+    for name in {**valid(fn, with_next_values=True), **valid(fn)}
+    if name in STEP_ARGS[fn] or name in NOTIME_ARGS[fn]
+]
+
+
+@pytest.mark.parametrize(("fn", "name"), DTYPE_CASES)
+@pytest.mark.parametrize("bad_dtype", [torch.int64, torch.bool, torch.int32])
+def test_non_float_values(fn, name, bad_dtype, backend):
+    inputs = valid(fn, with_next_values=name != "bootstrap_value")
+    inputs[name] = torch.ones_like(inputs[name], dtype=bad_dtype)
+    pattern = named(name)
+    check_raises(TypeError, pattern, fn, inputs, backend)
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_unknown_backend(fn):
+    for bad in ("bogus", "cuda", ""):
+        check_raises(ValueError, named("backend"), fn, valid(fn), backend=bad)
+
+
+def test_unknown_trace(backend):
+    for bad in ("tree-backup", "retrace_lambda", ""):
+        check_raises(ValueError, named("trace"), "retrace", valid("retrace"), backend, trace=bad)
+
+
+# ---------------------------------------------------------------- out=
+
+
+def _outs(fn, shape=(T, N), dtype=torch.float32, device="cpu"):
+    outs = tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(N_OUTPUTS[fn]))
+    return outs if len(outs) > 1 else outs[0]
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_out_wrong_shape(fn, backend):
+    for shape in [(T, N + 1), (T + 1, N), (N, T), (T * N,)]:
+        check_raises(ValueError, named("out"), fn, valid(fn), backend, out=_outs(fn, shape))
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_out_wrong_dtype(fn, backend):
+    for dtype in (torch.float64, torch.float16, torch.int64):
+        check_raises(
+            (TypeError, ValueError),
+            named("out"),
+            fn,
+            valid(fn),
+            backend,
+            out=_outs(fn, dtype=dtype),
+        )
+
+
+@pytest.mark.parametrize("fn", ["gae", "vtrace"])
+def test_out_must_be_a_pair_for_two_outputs(fn, backend):
+    one = torch.empty(T, N)
+    for bad in (one, (one,), (one, torch.empty(T, N), torch.empty(T, N))):
+        check_raises((TypeError, ValueError), named("out"), fn, valid(fn), backend, out=bad)
+
+
+# ---------------------------------------------------------------- devices (CUDA only)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_device_mismatch(fn):
+    for backend in rtc.available_backends(torch.device("cuda")):
+        base = valid(fn, "cuda", with_next_values=True)
+        for name, v in base.items():
+            if not isinstance(v, torch.Tensor):
+                continue
+            inputs = dict(base)
+            inputs[name] = v.cpu()
+            check_raises(ValueError, named(name), fn, inputs, backend)
+        check_raises(ValueError, named("out"), fn, base, backend, out=_outs(fn, device="cpu"))
+
+
+# ---------------------------------------------------------------- backends
+
+
+def test_available_backends():
+    cpu = rtc.available_backends(torch.device("cpu"))
+    assert isinstance(cpu, list)
+    assert "reference" in cpu and "torch" in cpu
+    assert ("triton" in cpu) == TRITON_INTERPRET, (cpu, TRITON_INTERPRET)
+    assert set(cpu) <= {"reference", "torch", "triton"}
+    if HAS_CUDA:
+        cuda = rtc.available_backends(torch.device("cuda"))
+        assert "triton" in cuda and "torch" in cuda
+
+
+@pytest.mark.skipif(TRITON_INTERPRET, reason="Triton runs on CPU under the interpreter")
+def test_triton_on_cpu_without_interpreter_is_refused():
+    with pytest.raises((ValueError, RuntimeError), match=r"(?i)triton|interpret|backend"):
+        rtc.gae(**{**valid("gae"), "terminated": None}, backend="triton")
