@@ -37,7 +37,8 @@ TRACE_IMPORTANCE = tl.constexpr(3)
 @triton.jit
 def _combine(a1, b1, a2, b2):
     """The associative operator: apply (a1, b1), then (a2, b2). ``a2 == 0`` is a hard cut."""
-    return a1 * a2, tl.where(a2 == 0, b2, a2 * b1 + b2)
+    cut = a2 == 0  # the composite forgets everything before: multiplier and offset exact
+    return tl.where(cut, 0, a1 * a2), tl.where(cut, b2, a2 * b1 + b2)
 
 
 @triton.jit
