@@ -32,7 +32,7 @@ class Steps:
     broadcast, same rank required), the device, the time axis and the output dtype.
     """
 
-    __slots__ = ("batch_shape", "device", "dtype", "fn", "layout_like", "shape", "time_dim")
+    __slots__ = ("_device_of", "batch_shape", "device", "dtype", "fn", "layout_like", "shape", "time_dim")
 
     def __init__(self, fn: str, time_dim: int, values: dict[str, Tensor | None]) -> None:
         # This runs on every call: one pass over the tensors, and the common case (equal
@@ -61,6 +61,7 @@ class Steps:
             )
         self.time_dim = td = time_dim % ndim
         self.device = device = first.device
+        self._device_of = first_name
         shape, dtype = first.shape, first.dtype
         same_shape = same_dtype = True
         for name, x in given[1:]:
@@ -98,7 +99,8 @@ class Steps:
             )
         if x.device != self.device:
             raise ValueError(
-                f"{self.fn}: `{name}` is on {x.device} but the other inputs are on {self.device}"
+                f"{self.fn}: `{name}` is on {x.device} but `{self._device_of}` "
+                f"(and the inputs checked against it) is on {self.device}"
             )
 
     def _broadcast(self, name: str, x: Tensor, shape: torch.Size) -> Tensor:
@@ -159,7 +161,8 @@ class Steps:
             raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
         if x.device != self.device:
             raise ValueError(
-                f"{self.fn}: `{name}` is on {x.device} but the other inputs are on {self.device}"
+                f"{self.fn}: `{name}` is on {x.device} but `{self._device_of}` "
+                f"(and the inputs checked against it) is on {self.device}"
             )
         ndim = len(self.shape)
         if x.dim() == ndim and x.shape[self.time_dim] == 1:

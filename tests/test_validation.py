@@ -122,19 +122,19 @@ def test_flag_shape_mismatch(fn, name, bad_shape, backend):
 
 
 @pytest.mark.parametrize(("fn", "name"), FLAG_CASES)
-def test_flag_broadcast_shapes_are_accepted(fn, name, backend):
-    inputs = valid(fn, with_next_values=True)
+def test_flag_broadcast_shapes_are_accepted(fn, name, backend, device):
+    inputs = valid(fn, device, with_next_values=True)
     for shape in [(1, N), (T, 1), (1, 1)]:
-        inputs[name] = torch.zeros(shape, dtype=torch.bool)
+        inputs[name] = torch.zeros(shape, dtype=torch.bool, device=device)
         call(fn, inputs, backend=backend)
 
 
 @pytest.mark.parametrize(("fn", "name"), STEP_CASES)
-def test_value_broadcast_same_rank(fn, name, backend):
+def test_value_broadcast_same_rank(fn, name, backend, device):
     """Library decision: per-step value tensors may broadcast too (same rank, size-1 dims)."""
-    inputs = valid(fn, dtype=torch.float64, with_next_values=True)
+    inputs = valid(fn, device, dtype=torch.float64, with_next_values=True)
     for shape in [(T, 1), (1, N)]:
-        small = torch.rand(shape, dtype=torch.float64)
+        small = torch.rand(shape, dtype=torch.float64, device=device)
         got = as_tuple(call(fn, {**inputs, name: small}, backend=backend))
         ref = as_tuple(call(fn, {**inputs, name: small.expand(T, N)}, backend="reference"))
         for g, r in zip(got, ref):
@@ -143,12 +143,11 @@ def test_value_broadcast_same_rank(fn, name, backend):
 
 
 @pytest.mark.parametrize("fn", ["gae", "vtrace", "retrace", "eligibility_traces"])
-def test_zero_dim_coefficient_is_a_scalar(fn, backend):
-    inputs = valid(fn, dtype=torch.float64)
+def test_zero_dim_coefficient_is_a_scalar(fn, backend, device):
+    inputs = valid(fn, device, dtype=torch.float64)
+    gamma = torch.tensor(0.75, dtype=torch.float64, device=device)
     a = as_tuple(call(fn, {**inputs, "gamma": 0.75}, backend=backend))
-    b = as_tuple(
-        call(fn, {**inputs, "gamma": torch.tensor(0.75, dtype=torch.float64)}, backend=backend)
-    )
+    b = as_tuple(call(fn, {**inputs, "gamma": gamma}, backend=backend))
     for x, y in zip(a, b):
         assert_close(y, x, torch.float64)
 
@@ -187,11 +186,11 @@ def test_missing_next_values_and_bootstrap(fn, backend):
     )
 
 
-def test_discounted_returns_missing_bootstrap_means_zero(backend):
-    inputs = valid("discounted_returns")
+def test_discounted_returns_missing_bootstrap_means_zero(backend, device):
+    inputs = valid("discounted_returns", device)
     del inputs["bootstrap_value"]
     got = call("discounted_returns", inputs, backend=backend)
-    inputs["bootstrap_value"] = torch.zeros(N)
+    inputs["bootstrap_value"] = torch.zeros(N, device=device)
     want = call("discounted_returns", inputs, backend=backend)
     assert torch.equal(got, want)
 
