@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -116,6 +118,36 @@ class _Launch(NamedTuple):
     grid: tuple[int, int]
     meta: dict
     totals_dtype: torch.dtype
+    direct: dict  # phase (WRITE_TOTALS, READ_TOTALS) -> direct launcher, after a first launch
+
+
+# Direct launches (see `_direct_launcher`); RL_TRITON_DIRECT_LAUNCH=0 keeps Triton's own path
+# for every call (e.g. for profilers that hook Triton's launches).
+DIRECT_LAUNCH = os.environ.get("RL_TRITON_DIRECT_LAUNCH", "1") != "0"
+
+
+def _direct_launcher(compiled, meta: dict, phase: dict) -> Callable | None:
+    """Launch a kernel Triton already compiled through its C launcher, without the JIT
+    dispatcher in front of it (argument binding, specialisation, cache key and launch hooks:
+    most of the 17-40 µs a Python-side launch costs). The launch itself is the same one
+    ``JITFunction.run`` makes. None where this Triton's compiled kernel lacks the
+    attributes used (the ordinary launch is used then)."""
+    try:
+        run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    except AttributeError:
+        return None
+    params = kernels.scan_kernel.params
+    runtime = sum(not p.is_constexpr for p in params)
+    if any(p.is_constexpr for p in params[:runtime]):
+        return None  # the launcher takes the constexprs after the runtime arguments
+    constexprs = {**meta, **phase}
+    tail = tuple(constexprs[p.name] for p in params[runtime:])
+
+    def launch(grid: tuple[int, int], device_index: int, args: tuple) -> None:
+        stream = torch._C._cuda_getCurrentRawStream(device_index)
+        run(grid[0], grid[1], 1, stream, function, packed, None, None, None, *args, *tail)
+
+    return launch
 
 
 # Launch descriptions by call signature: a training loop calls with the same shapes every
@@ -124,7 +156,9 @@ _LAUNCHES: dict[tuple, _Launch] = {}
 
 
 def _signature(t: Tensor | None):
-    return None if t is None else (t.shape, t.stride(), t.dtype)
+    """What a compiled kernel depends on: shape, strides, dtype, and whether the address is
+    16-byte aligned (Triton specialises pointers on that)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.data_ptr() & 15 == 0)
 
 
 def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs) -> _Launch:
@@ -166,7 +200,7 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
     )
     grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)
     totals_dtype = torch.float64 if acc == tl.float64 else torch.float32
-    return _Launch(strides, plan, grid, meta, totals_dtype)
+    return _Launch(strides, plan, grid, meta, totals_dtype, {})
 
 
 def _needs_copies(x, flags, coefs, boot, outs) -> bool:
@@ -243,11 +277,23 @@ def _launch(
     )
     args = (*x, *flags, *coefs, boot, *outs, totals, T, N, launch.plan.chunk, *launch.strides)
     if split:
-        kernels.scan_kernel[launch.grid](*args, WRITE_TOTALS=True, READ_TOTALS=False, **launch.meta)
-    kernels.scan_kernel[launch.grid](*args, WRITE_TOTALS=False, READ_TOTALS=split, **launch.meta)
+        _run(launch, args, out0.device, WRITE_TOTALS=True, READ_TOTALS=False)
+    _run(launch, args, out0.device, WRITE_TOTALS=False, READ_TOTALS=split)
     for o, r in zip(outs, results, strict=True):
         if o is not r:
             r.copy_(o)
+
+
+def _run(launch: _Launch, args: tuple, device: torch.device, **phase: bool) -> None:
+    """One launch of ``scan_kernel``: the direct launcher once the kernel is compiled and
+    loaded (on a GPU), else through Triton's JIT (compiles on first use; the interpreter)."""
+    key = (phase["WRITE_TOTALS"], phase["READ_TOTALS"])
+    direct = launch.direct.get(key)
+    if direct is not None:
+        return direct(launch.grid, device.index, args)
+    compiled = kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
+    if DIRECT_LAUNCH and device.type == "cuda" and not triton_interpreted():
+        launch.direct[key] = _direct_launcher(compiled, launch.meta, phase)
 
 
 def linear_scan(a, b, initial, reverse, out):
