@@ -7,7 +7,8 @@
 #   make test       ruff lint + format check, then the test suite (Triton kernels through the
 #                   Triton interpreter on CPU; tests marked `gpu` are deselected)
 #   make test-gpu   the whole test suite on a CUDA machine, `gpu` tests included, no interpreter
-#   make bench-cpu  CPU GAE against Stable-Baselines3's RolloutBuffer loop
+#   make bench-cpu  the benchmark harness on the CPU (torch backend vs SB3's loop and TorchRL)
+#   make bench-gpu  the benchmark harness on a CUDA GPU (quick grid; see docs/benchmarks.md)
 #
 # Variables: PYTHON (interpreter that creates the venv), VENV (its folder), PYTEST_ARGS.
 
@@ -33,13 +34,14 @@ VENV_FLAGS := $(if $(HAS_NVIDIA_GPU),--system-site-packages,)
 # The package is built with the venv's setuptools (no isolated build env to download).
 PIP_INSTALL := $(PIP) install -q --no-build-isolation
 
-.PHONY: help demo test lint test-gpu bench-cpu venv clean
+.PHONY: help demo test lint test-gpu bench-cpu bench-gpu venv clean
 
 help:
 	@echo "make demo       run the demo (creates .venv, installs the package)"
 	@echo "make test       ruff + the test suite on CPU (creates .venv, installs '.[test]')"
 	@echo "make test-gpu   the whole test suite on a CUDA machine, gpu-marked tests included"
-	@echo "make bench-cpu  CPU GAE vs Stable-Baselines3 (installs '.[bench]')"
+	@echo "make bench-cpu  benchmark harness on the CPU (installs '.[bench]')"
+	@echo "make bench-gpu  benchmark harness on a CUDA GPU, quick grid (installs '.[bench]')"
 	@echo "make clean      remove .venv and caches"
 
 $(PY):
@@ -96,7 +98,10 @@ test-gpu: $(STAMPS)/test-gpu
 	env -u TRITON_INTERPRET $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench-cpu: $(STAMPS)/bench
-	$(PY) benchmarks/cpu_gae_vs_sb3.py
+	$(PY) benchmarks/harness.py --device cpu
+
+bench-gpu: $(STAMPS)/bench
+	$(PY) benchmarks/harness.py --device cuda
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
