@@ -121,9 +121,10 @@ class _Launch(NamedTuple):
     direct: dict  # phase (WRITE_TOTALS, READ_TOTALS) -> direct launcher, after a first launch
 
 
-# Direct launches (see `_direct_launcher`); RL_TRITON_DIRECT_LAUNCH=0 keeps Triton's own path
-# for every call (e.g. for profilers that hook Triton's launches).
-DIRECT_LAUNCH = os.environ.get("RL_TRITON_DIRECT_LAUNCH", "1") != "0"
+# Direct launches (see `_direct_launcher`), opt-in with RL_TRITON_DIRECT_LAUNCH=1 until they
+# have been checked on a GPU (written against Triton 3.6's launcher; not yet run on a device).
+# Off, every call goes through Triton's own JIT dispatch (what profilers hook).
+DIRECT_LAUNCH = os.environ.get("RL_TRITON_DIRECT_LAUNCH", "0") == "1"
 
 
 def _direct_launcher(compiled, meta: dict, phase: dict) -> Callable | None:
