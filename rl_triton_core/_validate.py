@@ -32,7 +32,16 @@ class Steps:
     broadcast, same rank required), the device, the time axis and the output dtype.
     """
 
-    __slots__ = ("_device_of", "batch_shape", "device", "dtype", "fn", "layout_like", "shape", "time_dim")
+    __slots__ = (
+        "_device_of",
+        "batch_shape",
+        "device",
+        "dtype",
+        "fn",
+        "layout_like",
+        "shape",
+        "time_dim",
+    )
 
     def __init__(self, fn: str, time_dim: int, values: dict[str, Tensor | None]) -> None:
         # This runs on every call: one pass over the tensors, and the common case (equal

@@ -18,6 +18,9 @@ Shared conventions, written once here rather than in every docstring:
   computed in float32 (float64 for float64), returned in the inputs' (promoted) dtype.
 * ``backend``: ``"auto"`` (Triton for CUDA tensors, torch on the CPU), ``"triton"``,
   ``"torch"`` or ``"reference"`` (float64 loop, the tests' oracle).
+* Gradients and ``torch.compile`` (docs/autograd.md): a call with an input that requires grad
+  (grad mode on) takes the differentiable path of :mod:`.autograd`; under ``torch.compile`` a
+  call without one records the estimator's custom op (:mod:`.ops`). Otherwise nothing changes.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+import torch
 from torch import Tensor
 
+from . import autograd as _autograd
+from . import ops as _ops
 from ._dispatch import resolve
 from ._validate import Coefficient, Steps, require_next_state
 
@@ -34,6 +40,23 @@ Backend = Literal["auto", "triton", "torch", "reference"]
 Trace = Literal["retrace", "tree_backup", "q_lambda", "importance_sampling"]
 TRACES = ("retrace", "tree_backup", "q_lambda", "importance_sampling")
 Out = Tensor | Sequence[Tensor] | None
+
+
+_grad_enabled = torch.is_grad_enabled
+_compiling = torch.compiler.is_compiling
+
+
+def _graph_path(*inputs):
+    """Where a call goes: None, the direct path (the common case, after two cheap checks);
+    :mod:`.autograd` when grad mode is on and a differentiable input requires grad; the custom
+    ops of :mod:`.ops` while :func:`torch.compile` traces (see docs/autograd.md)."""
+    if _grad_enabled():
+        for x in inputs:
+            if x is None or x.__class__ is float:  # (the common non-tensors, skipped first)
+                continue
+            if getattr(x, "requires_grad", False):
+                return _autograd
+    return _ops if _compiling() else None
 
 
 def _run(steps: Steps, backend: str, fn: str, out: Out, names: Sequence[str], *args):
@@ -72,6 +95,8 @@ def linear_scan(
     Example:
         >>> x = linear_scan(torch.full((4, 1), 0.5), torch.ones(4, 1))  # 1, 1.5, 1.75, 1.875
     """
+    if _graph_path(a, b, initial) is not None:
+        return _ops.linear_scan(a, b, initial, reverse, time_dim, backend, out)
     steps = Steps("linear_scan", time_dim, {"a": a, "b": b})
     return _run(
         steps,
@@ -124,6 +149,12 @@ def gae(
         >>> adv, ret = gae(r, v, term, bootstrap_value=torch.tensor(0.0), gamma=1, lmbda=1)
         >>> adv  # tensor([2., 1., 1.])
     """
+    path = _graph_path(rewards, values, next_values, bootstrap_value, gamma, lmbda)
+    if path is not None:
+        return path.gae(
+            rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda,
+            time_dim, backend, out,
+        )  # fmt: skip
     steps = Steps(
         "gae",
         time_dim,
@@ -170,6 +201,12 @@ def lambda_returns(
     """
     if values is None and next_values is None:
         raise ValueError("lambda_returns: pass `values` or `next_values`")
+    path = _graph_path(rewards, values, next_values, bootstrap_value, gamma, lmbda)
+    if path is not None:
+        return path.lambda_returns(
+            rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda,
+            time_dim, backend, out,
+        )  # fmt: skip
     steps = Steps(
         "lambda_returns",
         time_dim,
@@ -211,6 +248,12 @@ def discounted_returns(
 
     ``nv_{T-1}`` is ``bootstrap_value`` (0 when missing) unless ``next_values`` is given.
     """
+    path = _graph_path(rewards, next_values, bootstrap_value, gamma)
+    if path is not None:
+        return path.discounted_returns(
+            rewards, terminated, truncated, next_values, bootstrap_value, gamma, time_dim,
+            backend, out,
+        )  # fmt: skip
     steps = Steps("discounted_returns", time_dim, {"rewards": rewards, "next_values": next_values})
     require_next_state("discounted_returns", next_values, None, truncated, needed=False)
     return _run(
@@ -261,6 +304,16 @@ def vtrace(
     Returns:
         ``(vs, pg_advantages)``.
     """
+    path = _graph_path(
+        rewards, values, target_log_probs, behavior_log_probs, next_values, bootstrap_value,
+        gamma, lmbda, rho_bar, c_bar, pg_rho_bar,
+    )  # fmt: skip
+    if path is not None:
+        return path.vtrace(
+            rewards, values, target_log_probs, behavior_log_probs, terminated, truncated,
+            next_values, bootstrap_value, gamma, lmbda, rho_bar, c_bar, pg_rho_bar, time_dim,
+            backend, out,
+        )  # fmt: skip
     steps = Steps(
         "vtrace",
         time_dim,
@@ -326,6 +379,15 @@ def retrace(
     """
     if trace not in TRACES:
         raise ValueError(f"retrace: unknown `trace`={trace!r}; expected one of {TRACES}")
+    path = _graph_path(
+        rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs, gamma, lmbda,
+        c_bar,
+    )  # fmt: skip
+    if path is not None:
+        return path.retrace(
+            rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs,
+            terminated, truncated, gamma, lmbda, c_bar, trace, time_dim, backend, out,
+        )  # fmt: skip
     steps = Steps(
         "retrace",
         time_dim,
@@ -374,6 +436,9 @@ def eligibility_traces(
 
     ``x`` may carry trailing feature axes (e.g. gradients of ``log π`` per parameter).
     """
+    path = _graph_path(x, gamma, lmbda, initial)
+    if path is not None:
+        return path.eligibility_traces(x, done, gamma, lmbda, initial, time_dim, backend, out)
     steps = Steps("eligibility_traces", time_dim, {"x": x})
     return _run(
         steps,
@@ -404,6 +469,11 @@ def episodic_cumsum(
 
     (:func:`eligibility_traces` with ``γ λ = 1``; e.g. episode returns so far.)
     """
+    path = _graph_path(x, initial)
+    if path is not None:
+        return path.eligibility_traces(
+            x, done, 1.0, 1.0, initial, time_dim, backend, out, fn="episodic_cumsum"
+        )
     steps = Steps("episodic_cumsum", time_dim, {"x": x})
     return _run(
         steps,

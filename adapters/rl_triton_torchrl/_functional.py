@@ -78,12 +78,6 @@ def fallback_reason(
     if not all(isinstance(t, Tensor) for t in values + flags):
         return "a value, reward, log-prob or flag argument is not a tensor"
     tensors = values + flags + tuple(c for c in coefficients if isinstance(c, Tensor))
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        # Drop this test once rl_triton_core's estimators support autograd.
-        return (
-            "gradients must flow through the estimator (e.g. `differentiable=True` with inputs "
-            "that require grad) and rl_triton_core has no autograd support yet"
-        )
     if any(_is_wrapped(t) for t in tensors):
         return "the inputs are functorch-transformed tensors (vmap/grad)"
     first = values[0]
