@@ -3,7 +3,9 @@
 # when pyproject.toml changes), so re-runs start at once.
 #
 #   make demo       the main job: every estimator x every available backend, agreement + timing
-#                   (without a GPU, Triton runs through the interpreter on a small rollout)
+#                   (without a GPU, Triton runs through the interpreter on a small rollout), then
+#                   a short learning-curve parity check (CleanRL-style PPO on CartPole, reference
+#                   backend vs ours, 2 seeds; examples/parity/quick.py, about 1-2 min on a CPU)
 #   make test       ruff lint + format check, then the test suite (Triton kernels through the
 #                   Triton interpreter on CPU; tests marked `gpu` are deselected)
 #   make test-gpu   the whole test suite on a CUDA machine, `gpu` tests included, no interpreter
@@ -66,7 +68,7 @@ endif
 
 # numpy: the Triton interpreter (TRITON_INTERPRET=1, the demo's CPU path) imports it.
 $(STAMPS)/demo: pyproject.toml $(STAMPS)/base
-	$(PIP_INSTALL) -e . numpy
+	$(PIP_INSTALL) -e '.[cleanrl]' numpy matplotlib
 	@touch $@
 
 $(STAMPS)/test: pyproject.toml $(STAMPS)/base
@@ -86,6 +88,7 @@ $(STAMPS)/bench: pyproject.toml $(STAMPS)/base
 # smaller rollout: the interpreter is slow), so every backend is shown agreeing.
 demo: $(STAMPS)/demo
 	$(if $(HAS_NVIDIA_GPU),,TRITON_INTERPRET=1) $(PY) examples/demo.py
+	$(PY) examples/parity/quick.py
 
 lint: $(STAMPS)/test
 	$(VENV)/bin/ruff check .
