@@ -188,8 +188,11 @@ def test_ppo_advantages_are_cleanrl_loop(name, bootstrap, tmp_path, monkeypatch)
 
 
 def test_ppo_async_envs(tmp_path, monkeypatch):
+    """Worker processes may be spawned (another test's import can set the start method), and
+    then they only know the registered environments: no ShortCartPole here."""
     monkeypatch.chdir(tmp_path)
-    logdir = load("ppo").main(tiny("ppo", advantage_backend="torch", async_envs=True))
+    args = tiny("ppo", advantage_backend="torch", async_envs=True, env_id="CartPole-v1")
+    logdir = load("ppo").main(args)
     check_run(logdir, n_updates=2, extra_tags=PPO_TAGS)
 
 
