@@ -424,6 +424,34 @@ def test_differentiable_matches_torchrl_gradients(device, core_calls):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["generalized_advantage_estimate", "td_lambda_return_estimate"])
+def test_trainable_scalar_gamma_keeps_its_gradient(name, device):
+    """A 0-dim gamma that requires grad (meta-gradient discounts) is not read as a float: its
+    gradient equals that of TorchRL's loop function (TorchRL's vectorised TD(lambda) gives a
+    different gradient for a scalar gamma than its own loop, so the loop is the oracle)."""
+    g = torch.Generator().manual_seed(21)
+    shape = (2, 8, 1)
+    nv, r, v = (torch.randn(shape, generator=g, dtype=torch.float64).to(device) for _ in range(3))
+    done = (torch.rand(shape, generator=g) < 0.2).to(device)
+
+    def call(fn, gamma):
+        if name == "generalized_advantage_estimate":
+            return fn(gamma, 0.95, v, nv, r, done, done)[0]
+        return fn(gamma, 0.95, nv, r, done, done)
+
+    grads = []
+    for module, switch in (
+        (torchrl_functional, contextlib.nullcontext()),
+        (torchrl_advantages, rtt.enabled()),
+    ):
+        gamma = torch.tensor(0.9, dtype=torch.float64, requires_grad=True)
+        with switch, warnings.catch_warnings():
+            warnings.simplefilter("error", rtt.RLTritonFallbackWarning)
+            call(getattr(module, name), gamma).sum().backward()
+        grads.append(gamma.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-9, atol=1e-9)
+
+
 def test_rolling_gamma_false_falls_back(device, core_calls):
     g = torch.Generator().manual_seed(14)
     nv, r = (torch.randn(2, 6, 1, generator=g).to(device) for _ in range(2))

@@ -85,7 +85,8 @@ def is_enabled() -> bool:
 @contextlib.contextmanager
 def enabled(advantage_device: Any = "auto", advantage_backend: Any = "auto") -> Iterator[None]:
     """``with rl_triton_sb3.enabled(): ...``: :func:`enable` inside the block, then the previous
-    state (enabled with its options, or not) again."""
+    state (enabled with its options, or not) again. A process-wide switch: blocks must nest
+    (threads whose blocks overlap should pass ``rollout_buffer_class`` instead)."""
     was, options = is_enabled(), dict(buffers.global_options)
     enable(advantage_device, advantage_backend)
     try:

@@ -16,9 +16,9 @@ vectorised torch path on the CPU), on every path a user reaches them: direct con
   trace, ``terminated`` gates the bootstrap, explicit next-state values, per-step ``gamma``,
   ``average_gae``, ``shifted``, ``skip_existing``, ``set_keys``): only the recursion is
   swapped, TorchRL's estimator code does the rest.
-* A call the core cannot serve exactly (gradients through the estimator, ``torch.compile``,
-  ``rolling_gamma=False``, unusual shapes or dtypes) runs TorchRL's own code, with one
-  :class:`RLTritonFallbackWarning` per reason.
+* Gradients through the estimator go through ``rl_triton_core``'s autograd path. A call the
+  core cannot serve exactly (``torch.compile``, ``rolling_gamma=False``, unusual shapes or
+  dtypes) runs TorchRL's own code, with one :class:`RLTritonFallbackWarning` per reason.
 * Explicit classes for per-loss choice: ``TritonGAE``, ``TritonTD1``, ``TritonTDLambda``,
   ``TritonVTrace`` (TorchRL's, plus a ``backend=`` keyword), and ``Retrace`` (Retrace(λ),
   tree-backup, Q(λ) targets; TorchRL has none).

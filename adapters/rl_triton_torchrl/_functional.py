@@ -18,7 +18,9 @@ TorchRL                                    rl_triton_core
 
 TorchRL's ``done`` cuts the trace and its ``terminated`` gates the bootstrap (``terminated``
 defaults to ``done``); with explicit next-state values this is the core's contract with
-``truncated=done``. TorchRL's ``time_dim`` (an index into every tensor, counted from the left
+``truncated=done``, for data where ``done`` includes ``terminated`` (TorchRL's environments,
+``shifted`` and ``auto_reset_env`` always produce that; on hand-built data with ``terminated``
+but not ``done`` our trace is cut there and TorchRL's is not). TorchRL's ``time_dim`` (an index into every tensor, counted from the left
 when non-negative) is passed through unchanged, so the ``[*B, T, F]`` tensors are read in place.
 
 A call the core cannot serve exactly goes to TorchRL's own function (see
@@ -96,7 +98,7 @@ def fallback_reason(
             if not isinstance(c, (int, float)):
                 return f"a coefficient of type {type(c).__name__}"
         elif c.numel() == 1:
-            if c.device != device and c.device.type != "cpu":
+            if c.device != device and (c.device.type != "cpu" or c.requires_grad):
                 return f"a coefficient tensor on {c.device} for inputs on {device}"
         elif (
             c.dim() != ndim
@@ -131,9 +133,9 @@ def _coefficient(c, dtype: torch.dtype):
     if not isinstance(c, Tensor):
         return float(c)
     if c.numel() == 1:
-        if c.device.type == "cpu":
+        if c.device.type == "cpu" and not c.requires_grad:
             return float(c)  # a CPU scalar: reading it synchronises no accelerator
-        c = c.reshape(())
+        c = c.reshape(())  # (a trainable one stays a tensor: its gradient must flow)
     return c if c.is_floating_point() else c.to(dtype)
 
 

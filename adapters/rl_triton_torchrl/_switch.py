@@ -123,7 +123,8 @@ def is_enabled() -> bool:
 @contextlib.contextmanager
 def enabled(backend: str = "auto") -> Iterator[None]:
     """``with rl_triton_torchrl.enabled(): ...``: :func:`enable` inside the block, then the
-    previous state again (on with its backend, or off)."""
+    previous state again (on with its backend, or off). A process-wide switch: blocks must
+    nest (threads whose blocks overlap should use the per-call ``Triton*`` classes instead)."""
     previous = _state.global_backend
     enable(backend)
     try:
