@@ -109,6 +109,12 @@ def _gated(mask: Tensor | None, coef, x: Tensor) -> Tensor:
     return torch.where(mask, coef * torch.where(mask, x, 0.0), 0.0)
 
 
+def _cut(coef: Tensor, x: Tensor) -> Tensor:
+    """``coef * x``, exactly 0 where ``coef`` is 0 (a hard cut: a NaN or inf in ``x`` there does
+    not pass), with the exact gradient ``x`` for ``coef`` wherever ``x`` is finite."""
+    return coef * torch.where((coef != 0) | torch.isfinite(x), x, 0.0)
+
+
 def _next(x, last: Tensor | None = None):
     """``x[t + 1]`` along time; ``last`` (default 0) at ``t = T-1``. Floats pass."""
     if not isinstance(x, Tensor) or x.shape[0] == 0:
@@ -167,7 +173,7 @@ def lambda_returns(
     nv = _next_state(c, v, next_values, bootstrap_value)
     trace = _keep(c.continues(term, trunc, r), lam, r)  # λ_t c_t
     weight = 1 - trace  # of nv_t: exactly 0 (nv_t unused) where λ_t c_t = 1
-    b = r + _gated(_not(term), g, _gated(weight != 0, weight, nv))
+    b = r + _gated(_not(term), g, _cut(weight, nv))
     return c.finish(out, ("returns",), c.scan(trace * g, b))
 
 
@@ -260,7 +266,7 @@ def retrace(
     a = _keep(cont, g * kappa, r)
     q_next = _next(c.step("q_values", q_values))
     b = r + _gated(_not(term), g, c.step("next_expected_q", next_expected_q))
-    b = b - _gated(a != 0, a, q_next)  # a zero trace coefficient drops q_{t+1}
+    b = b - _cut(a, q_next)  # a zero trace coefficient drops q_{t+1}
     return c.finish(out, ("q_targets",), c.scan(a, b))
 
 

@@ -588,3 +588,27 @@ def test_cuda_graph_ppo_update(T, N):
     torch.cuda.synchronize()
     for p, q in zip(graph_net.parameters(), eager_net.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["reference", "torch"])
+def test_exact_gradient_where_a_coefficient_cuts(backend):
+    """At lambda = 1 (lambda_returns drops nv_t) and lambda = 0 (Retrace drops q_{t+1}) the
+    dropped term's coefficient still has its exact gradient (the formulas are polynomials)."""
+    g = torch.Generator().manual_seed(5)
+    T, N = 6, 3
+    r, nv, q, nq, tlp, blp = (torch.randn(T, N, generator=g, dtype=torch.float64) for _ in range(6))
+    term = torch.rand(T, N, generator=g) < 0.2
+    lam = torch.ones(T, N, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(
+        lambda lam: rtc.lambda_returns(
+            r, None, term, next_values=nv, lmbda=lam, gamma=0.9, backend=backend
+        ),
+        (lam,),
+    )
+    lam0 = torch.zeros(T, N, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(
+        lambda lam: rtc.retrace(
+            r, q, nq, tlp, blp, term, lmbda=lam, trace="q_lambda", backend=backend
+        ),
+        (lam0,),
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -137,6 +138,8 @@ def _direct_launcher(compiled, meta: dict, phase: dict) -> Callable | None:
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
     except AttributeError:
         return None
+    if tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 3):
+        return None  # before 3.3 the launcher takes the runtime arguments alone
     params = kernels.scan_kernel.params
     runtime = sum(not p.is_constexpr for p in params)
     if any(p.is_constexpr for p in params[:runtime]):
@@ -215,6 +218,20 @@ def _needs_copies(x, flags, coefs, boot, outs) -> bool:
     )
 
 
+def _exact_in_f32(c: float) -> bool:
+    """Whether a Python float survives Triton's float32 scalar argument unchanged (0.0 padding,
+    0.5, 1.0, ...): those need no float64 tensor."""
+    return struct.unpack("f", struct.pack("f", c))[0] == c
+
+
+@functools.lru_cache(maxsize=256)
+def _f64_scalar(c: float, device: torch.device) -> Tensor:
+    """A cached float64 device scalar for a coefficient float32 cannot hold: one host-to-device
+    copy per value and device, not one per call (a first use inside CUDA-graph capture would
+    still copy: call once before capturing)."""
+    return torch.tensor(c, dtype=torch.float64, device=device)
+
+
 def _launch(
     kind,
     out0,
@@ -235,8 +252,8 @@ def _launch(
     outs = results = (out0, out1)
     if out0.dtype == torch.float64:  # Triton passes Python floats as float32: keep float64
         coefs = tuple(
-            torch.tensor(c, dtype=torch.float64, device=out0.device).expand(out0.shape)
-            if isinstance(c, float)
+            _f64_scalar(c, out0.device).expand(out0.shape)
+            if isinstance(c, float) and not _exact_in_f32(c)
             else c
             for c in coefs
         )
