@@ -101,6 +101,14 @@ def _keep(mask: Tensor | None, x, like: Tensor) -> Tensor:
     return x if mask is None else torch.where(mask, x, 0.0)
 
 
+def _keep_product(mask: Tensor | None, x, y, like: Tensor) -> Tensor:
+    """``x * y`` where ``mask``, else exactly 0, each factor masked first: a NaN in one factor
+    where the mask is off reaches neither the result nor the other factor's gradient."""
+    if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+        return _keep(mask, x * y, like)
+    return _keep(mask, x, like) * _keep(mask, y, like)
+
+
 def _gated(mask: Tensor | None, coef, x: Tensor) -> Tensor:
     """``coef * x`` where ``mask``, else exactly 0; a NaN in ``x`` where the mask is off
     reaches neither the result nor the gradient of ``coef``."""
@@ -153,7 +161,7 @@ def gae(
     g, lam = c.coefficient("gamma", gamma), c.coefficient("lmbda", lmbda)
     nv = _next_state(c, v, next_values, bootstrap_value)
     delta = r + _gated(_not(term), g, nv) - v
-    advantages = c.scan(_keep(c.continues(term, trunc, r), g * lam, r), delta)
+    advantages = c.scan(_keep_product(c.continues(term, trunc, r), g, lam, r), delta)
     return c.finish(out, ("advantages", "returns"), advantages, advantages + v)
 
 
@@ -227,7 +235,7 @@ def vtrace(
     live, cont = _not(term), c.continues(term, trunc, r)
     delta = _min(w, rho_bar_) * (r + _gated(live, g, nv) - v)
     kappa = lam * _min(w, c.coefficient("c_bar", c_bar))
-    vs = v + c.scan(_keep(cont, g * kappa, r), delta)
+    vs = v + c.scan(_keep_product(cont, g, kappa, r), delta)
     u = torch.where(cont, _next(vs), nv)  # vs_{t+1} where the trace goes on, else nv_t
     pg = _min(w, pg_bar) * (r + _gated(live, g, u) - v)
     return c.finish(out, ("vs", "pg_advantages"), vs, pg)
@@ -263,7 +271,7 @@ def retrace(
     else:  # importance_sampling
         blp = _keep(cont, _next(c.step("behavior_log_probs", behavior_log_probs)), r)
         kappa = lam * torch.exp(tlp - blp)
-    a = _keep(cont, g * kappa, r)
+    a = _keep_product(cont, g, kappa, r)
     q_next = _next(c.step("q_values", q_values))
     b = r + _gated(_not(term), g, c.step("next_expected_q", next_expected_q))
     b = b - _cut(a, q_next)  # a zero trace coefficient drops q_{t+1}
@@ -279,6 +287,6 @@ def eligibility_traces(
     x_ = c.step("x", x)
     g, lam = c.coefficient("gamma", gamma), c.coefficient("lmbda", lmbda)
     carries = _not(_previous(c.flag("done", done)))
-    a = _keep(carries, g * lam, x_)
+    a = _keep_product(carries, g, lam, x_)
     z = c.scan(a, x_, c.boundary("initial", initial), reverse=False)
     return c.finish(out, ("traces",), z)

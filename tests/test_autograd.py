@@ -612,3 +612,23 @@ def test_exact_gradient_where_a_coefficient_cuts(backend):
         ),
         (lam0,),
     )
+
+
+@pytest.mark.parametrize("backend", ["reference", "torch"])
+def test_nan_in_a_cut_coefficient_leaves_other_gradients_finite(backend):
+    """lambda is NaN at a terminated step, where the trace is cut: the advantages and the
+    gradient of gamma stay finite (the NaN factor is masked before the product)."""
+    g = torch.Generator().manual_seed(6)
+    T, N = 5, 2
+    r, v = torch.randn(T, N, generator=g), torch.randn(T, N, generator=g)
+    term = torch.zeros(T, N, dtype=torch.bool)
+    term[2] = True
+    lam = torch.full((T, N), 0.9)
+    lam[2] = float("nan")
+    gamma = torch.full((T, N), 0.99, requires_grad=True)
+    adv, _ = rtc.gae(
+        r, v, term, bootstrap_value=torch.zeros(N), gamma=gamma, lmbda=lam, backend=backend
+    )
+    adv.sum().backward()
+    assert torch.isfinite(adv).all()
+    assert torch.isfinite(gamma.grad).all(), gamma.grad
