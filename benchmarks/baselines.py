@@ -270,7 +270,7 @@ def _ours(backend: str):
 
 
 def _ours_sb3_dropin(p: Problem):
-    """What a drop-in SB3 buffer pays on the CPU (the old cpu_gae_vs_sb3 "full call"): wrap
+    """What a drop-in SB3 buffer pays on the CPU (the SB3 drop-in "full call"): wrap
     the buffer's numpy arrays (no copy), shift ``episode_starts`` into ``terminated`` (one
     flag copy) and write advantages and returns straight into the buffer."""
     buf, last_values, dones = _sb3_buffer(p, key="sb3_dropin")

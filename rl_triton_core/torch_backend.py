@@ -10,7 +10,7 @@ engine, :func:`scan`:
   (e.g. ``returns = A + v``).
 
 How the engine runs, and why (measured on a 2-core CPU against Stable-Baselines3's numpy loop,
-``benchmarks/cpu_gae_vs_sb3.py``: a torch op costs 4-8 µs there however small its tensors,
+``benchmarks/harness.py --device cpu``: a torch op costs 4-8 µs there however small its tensors,
 and DRAM streams about 8 GB/s):
 
 * **Chunks that fit in cache.** On the CPU the time axis is cut into chunks of about

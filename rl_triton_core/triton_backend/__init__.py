@@ -41,18 +41,24 @@ def _collapse(x: Tensor) -> tuple[int, int] | None:
     return (x.stride(0) if x.shape[0] > 1 else 0), (stride_n or 0)
 
 
+def _group_pair(tensors) -> tuple[int, int] | None:
+    """The (stride_t, stride_n) pair a group of per-step tensors read with the same offsets
+    shares; (0, 0) for an empty group; None when there is none (mixed layouts, or a tensor
+    whose batch axes need more than one stride)."""
+    pairs = {_collapse(x) for x in tensors if x is not None}
+    if not pairs:
+        return (0, 0)
+    return pairs.pop() if len(pairs) == 1 else None
+
+
 def _shared_strides(tensors: list[Tensor | None]) -> tuple[list[Tensor | None], tuple[int, int]]:
-    """One (stride_t, stride_n) pair for a group of per-step tensors read with the same
-    offsets. Common layouts already share one; otherwise (rare: mixed layouts in one call)
-    the group is copied to time-major contiguous tensors."""
-    given = [x for x in tensors if x is not None]
-    if not given:
-        return tensors, (0, 0)
-    pairs = {_collapse(x) for x in given}
-    if len(pairs) == 1 and None not in pairs:
-        return tensors, pairs.pop()
+    """The group and its shared stride pair. Common layouts already share one; otherwise (rare:
+    mixed layouts in one call) the group is copied to time-major contiguous tensors."""
+    pair = _group_pair(tensors)
+    if pair is not None:
+        return tensors, pair
     copied = [None if x is None else x.contiguous() for x in tensors]
-    return copied, _collapse(next(x for x in copied if x is not None))
+    return copied, _group_pair(copied)
 
 
 def _boundary_stride(x: Tensor | None) -> tuple[Tensor | None, int]:
@@ -119,7 +125,7 @@ class _Launch(NamedTuple):
     grid: tuple[int, int]
     meta: dict
     totals_dtype: torch.dtype
-    direct: dict  # phase (WRITE_TOTALS, READ_TOTALS) -> direct launcher, after a first launch
+    direct: dict  # (phase, pointer alignment) -> direct launcher, after a first launch
 
 
 # Direct launches (see `_direct_launcher`), opt-in with RL_TRITON_DIRECT_LAUNCH=1 until they
@@ -160,9 +166,7 @@ _LAUNCHES: dict[tuple, _Launch] = {}
 
 
 def _signature(t: Tensor | None):
-    """What a compiled kernel depends on: shape, strides, dtype, and whether the address is
-    16-byte aligned (Triton specialises pointers on that)."""
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.data_ptr() & 15 == 0)
+    return None if t is None else (t.shape, t.stride(), t.dtype)
 
 
 def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs) -> _Launch:
@@ -209,10 +213,9 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
 
 def _needs_copies(x, flags, coefs, boot, outs) -> bool:
     """Rare layouts that the kernel cannot address in place (see ``_shared_strides``)."""
-    for group in (x, flags, [c for c in coefs if isinstance(c, Tensor)]):
-        pairs = {_collapse(t) for t in group if t is not None}
-        if len(pairs) > 1 or None in pairs:
-            return True
+    tensor_coefs = [c for c in coefs if isinstance(c, Tensor)]
+    if any(_group_pair(group) is None for group in (x, flags, tensor_coefs)):
+        return True
     return (boot is not None and _collapse(boot.unsqueeze(0)) is None) or any(
         o is not None and _collapse(o) is None for o in outs
     )
@@ -305,13 +308,18 @@ def _launch(
 def _run(launch: _Launch, args: tuple, device: torch.device, **phase: bool) -> None:
     """One launch of ``scan_kernel``: the direct launcher once the kernel is compiled and
     loaded (on a GPU), else through Triton's JIT (compiles on first use; the interpreter)."""
-    key = (phase["WRITE_TOTALS"], phase["READ_TOTALS"])
+    if not DIRECT_LAUNCH or device.type != "cuda" or triton_interpreted():
+        kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
+        return
+    # A compiled kernel also depends on which pointers are 16-byte aligned (Triton
+    # specialises them); the launch description (shapes, strides, dtypes) does not.
+    aligned = tuple(a.data_ptr() & 15 == 0 for a in args if isinstance(a, Tensor))
+    key = (phase["WRITE_TOTALS"], phase["READ_TOTALS"], aligned)
     direct = launch.direct.get(key)
     if direct is not None:
         return direct(launch.grid, device.index, args)
     compiled = kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
-    if DIRECT_LAUNCH and device.type == "cuda" and not triton_interpreted():
-        launch.direct[key] = _direct_launcher(compiled, launch.meta, phase)
+    launch.direct[key] = _direct_launcher(compiled, launch.meta, phase)
 
 
 def linear_scan(a, b, initial, reverse, out):
