@@ -196,21 +196,25 @@ class Steps:
             else:
                 outs = tuple(torch.empty_like(like, dtype=self.dtype) for _ in names)
         else:
-            outs = (out,) if isinstance(out, Tensor) else tuple(out)
-            if len(outs) != len(names) or not all(isinstance(o, Tensor) for o in outs):
-                raise TypeError(
-                    f"{self.fn}: `out` must be {len(names)} tensor(s) ({_name_list(names)})"
-                )
-            for o, n in zip(outs, names, strict=True):
-                if o.shape != self.shape or o.dtype != self.dtype or o.device != self.device:
-                    raise ValueError(
-                        f"{self.fn}: `out` tensor for `{n}` must have shape {tuple(self.shape)}, "
-                        f"dtype {self.dtype} and device {self.device}; got {tuple(o.shape)}, "
-                        f"{o.dtype}, {o.device}"
-                    )
+            outs = check_out(self.fn, out, names, self.shape, self.dtype, self.device)
         if not self.time_dim:
             return outs, outs
         return outs, tuple(o.movedim(self.time_dim, 0) for o in outs)
+
+
+def check_out(fn: str, out, names: Sequence[str], shape, dtype, device) -> tuple[Tensor, ...]:
+    """``out=`` as a tuple, one tensor per output name, each of the outputs' shape, dtype and
+    device; otherwise a TypeError / ValueError naming ``out``."""
+    outs = (out,) if isinstance(out, Tensor) else tuple(out)
+    if len(outs) != len(names) or not all(isinstance(o, Tensor) for o in outs):
+        raise TypeError(f"{fn}: `out` must be {len(names)} tensor(s) ({_name_list(names)})")
+    for o, n in zip(outs, names, strict=True):
+        if o.shape != shape or o.dtype != dtype or o.device != device:
+            raise ValueError(
+                f"{fn}: `out` tensor for `{n}` must have shape {tuple(shape)}, dtype {dtype} "
+                f"and device {device}; got {tuple(o.shape)}, {o.dtype}, {o.device}"
+            )
+    return outs
 
 
 def require_next_state(

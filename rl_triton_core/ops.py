@@ -34,7 +34,7 @@ from torch import Tensor
 # runs (Python resolves the partially initialised submodule).
 from . import estimators as _est
 from ._dispatch import resolve
-from ._validate import Steps, require_next_state
+from ._validate import Steps, check_out, require_next_state
 
 NAMESPACE = "rl_triton"
 _OPT_COEF = "Tensor? {0}_t, float {0}"
@@ -175,25 +175,20 @@ linear_scan_op.register_autograd(_linear_scan_backward, setup_context=_linear_sc
 
 def linear_scan(a, b, initial, reverse, time_dim, backend, out):
     """The public ``linear_scan`` through the op (autograd or compiled path)."""
-    return _into(out, linear_scan_op(a, b, initial, bool(reverse), time_dim, backend))
+    result = linear_scan_op(a, b, initial, bool(reverse), time_dim, backend)
+    return _into("linear_scan", ("x",), out, result)
 
 
-def _into(out, result):
-    """``out=`` after an op: copy the results in (validated by the public function's Steps)."""
+def _into(fn: str, names: tuple, out, result):
+    """``out=`` after an op: the results copied in (the op itself is functional)."""
     if out is None:
         return result
-    outs = (out,) if isinstance(out, Tensor) else tuple(out)
     results = (result,) if isinstance(result, Tensor) else tuple(result)
-    if len(outs) != len(results):
-        raise TypeError(f"`out` must be {len(results)} tensor(s)")
+    first = results[0]
+    outs = check_out(fn, out, names, first.shape, first.dtype, first.device)
     for o, r in zip(outs, results, strict=True):
-        if o.shape != r.shape or o.dtype != r.dtype or o.device != r.device:
-            raise ValueError(
-                f"`out` tensor must have shape {tuple(r.shape)}, dtype {r.dtype} and device "
-                f"{r.device}; got {tuple(o.shape)}, {o.dtype}, {o.device}"
-            )
         o.copy_(r)
-    return out if isinstance(out, Tensor) else tuple(outs)
+    return outs if len(outs) > 1 else outs[0]
 
 
 # -- the fused estimators (no autograd) ---------------------------------------------------------
@@ -463,7 +458,7 @@ def gae(
         rewards, values, terminated, truncated, next_values, bootstrap_value, *split(gamma),
         *split(lmbda), time_dim, backend,
     )  # fmt: skip
-    return _into(out, result)
+    return _into("gae", ("advantages", "returns"), out, result)
 
 
 def lambda_returns(
@@ -474,7 +469,7 @@ def lambda_returns(
         rewards, values, terminated, truncated, next_values, bootstrap_value, *split(gamma),
         *split(lmbda), time_dim, backend,
     )  # fmt: skip
-    return _into(out, result)
+    return _into("lambda_returns", ("returns",), out, result)
 
 
 def discounted_returns(
@@ -484,7 +479,7 @@ def discounted_returns(
         rewards, terminated, truncated, next_values, bootstrap_value, *split(gamma), time_dim,
         backend,
     )  # fmt: skip
-    return _into(out, result)
+    return _into("discounted_returns", ("returns",), out, result)
 
 
 def vtrace(
@@ -496,7 +491,7 @@ def vtrace(
         next_values, bootstrap_value, *split(gamma), *split(lmbda), *split(rho_bar),
         *split(c_bar), *split(rho_bar if pg_rho_bar is None else pg_rho_bar), time_dim, backend,
     )  # fmt: skip
-    return _into(out, result)
+    return _into("vtrace", ("vs", "pg_advantages"), out, result)
 
 
 def retrace(
@@ -507,7 +502,7 @@ def retrace(
         rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs, terminated,
         truncated, *split(gamma), *split(lmbda), *split(c_bar), trace, time_dim, backend,
     )  # fmt: skip
-    return _into(out, result)
+    return _into("retrace", ("q_targets",), out, result)
 
 
 def eligibility_traces(
@@ -516,4 +511,5 @@ def eligibility_traces(
     result = eligibility_traces_op(
         x, done, *split(gamma), *split(lmbda), initial, time_dim, backend
     )
-    return _into(out, result)
+    names = ("sums",) if fn == "episodic_cumsum" else ("traces",)
+    return _into(fn, names, out, result)
