@@ -274,3 +274,25 @@ def test_cuda_graph_capture_and_replay(T, N):
         )
         _close(adv, want_adv, torch.float32, "graph gae")
         _close(vs, want_vs, torch.float32, "graph vtrace")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_tensors_on_a_device_other_than_the_current_one():
+    """Inputs on cuda:1 while cuda:0 is current: the kernels run on cuda:1 (Triton launches on
+    the current device unless the launcher switches), so the result equals the cuda:0 one."""
+    gen = torch.Generator(device=CUDA).manual_seed(9)
+    d0 = _inputs((300, 70), 0, torch.float32, gen)
+    d1 = {k: v.to("cuda:1") for k, v in d0.items()}
+    torch.cuda.set_device(0)
+    want = _run_all(d0, 0, "triton", out_like=d0["rewards"])
+    got = _run_all(d1, 0, "triton", out_like=d1["rewards"])
+    torch.cuda.synchronize("cuda:1")
+    assert torch.cuda.current_device() == 0, "the launcher left another device current"
+    for name, g in got.items():
+        g, w = (
+            (g if isinstance(g, tuple) else (g,)),
+            (want[name] if isinstance(want[name], tuple) else (want[name],)),
+        )
+        for gi, wi in zip(g, w, strict=True):
+            assert gi.device == torch.device("cuda:1"), f"{name}: output moved off cuda:1"
+            assert torch.equal(gi.cpu(), wi.cpu()), f"{name}: cuda:1 result differs from cuda:0"

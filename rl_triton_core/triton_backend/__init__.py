@@ -7,6 +7,7 @@ across programs, then launches :func:`kernels.scan_kernel` once (twice when spli
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -297,12 +298,21 @@ def _launch(
         else None
     )
     args = (*x, *flags, *coefs, boot, *outs, totals, T, N, launch.plan.chunk, *launch.strides)
-    if split:
-        _run(launch, args, out0.device, WRITE_TOTALS=True, READ_TOTALS=False)
-    _run(launch, args, out0.device, WRITE_TOTALS=False, READ_TOTALS=split)
+    with _on_device(out0.device):
+        if split:
+            _run(launch, args, out0.device, WRITE_TOTALS=True, READ_TOTALS=False)
+        _run(launch, args, out0.device, WRITE_TOTALS=False, READ_TOTALS=split)
     for o, r in zip(outs, results, strict=True):
         if o is not r:
             r.copy_(o)
+
+
+def _on_device(device: torch.device):
+    """Triton launches on the current CUDA device's stream: make it the tensors' device when it
+    is another one (``cuda:1`` while ``cuda:0`` is current). One index read on the usual path."""
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
 
 
 def _run(launch: _Launch, args: tuple, device: torch.device, **phase: bool) -> None:
