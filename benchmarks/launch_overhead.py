@@ -1,14 +1,24 @@
-"""Host cost of one small call on a CUDA GPU, with and without the direct launch path.
+"""Host cost of one small call on a CUDA GPU: what each layer of the launch path costs.
 
-Prints the full-call time (back-to-back calls, one synchronisation) of ``gae`` at [128, 4096]
-through the public function, with ``out=``, and at the backend entry point, each with Triton's
-JIT dispatch and with the direct launcher (``RL_TRITON_DIRECT_LAUNCH``); the same for an empty
-Triton kernel, a pair of ``torch.empty`` and one eager op; checks the direct path against the
-torch backend in float64, also inside a captured CUDA graph.
+Full-call time (back-to-back calls, one synchronisation, divided by the count) of ``gae`` at
+[128, 4096] (float32, time-major; the GPU needs a few microseconds, so the host decides) through
+the public function, with fresh outputs and with ``out=``, in three configurations:
 
-    python benchmarks/launch_overhead.py
+* ``jit``: every launch through Triton's JIT dispatch, no replay (RL_TRITON_DIRECT_LAUNCH=0
+  RL_TRITON_REPLAY=0);
+* ``direct``: the compiled kernel's launcher called directly, no replay (RL_TRITON_REPLAY=0);
+* ``direct+replay``: the default: a repeated call replays its recorded launch
+  (rl_triton_core/_replay.py) after one dictionary lookup.
+
+For scale: two ``torch.empty``, an empty Triton kernel through the JIT, one eager op, and the
+replay of a CUDA graph holding the call. Every configuration's result is checked against the
+torch backend in float64, also the graph's.
+
+    python benchmarks/launch_overhead.py [--json F]
 """
 
+import argparse
+import json
 import time
 
 import torch
@@ -16,89 +26,92 @@ import triton
 
 import rl_triton_core as rtc
 import rl_triton_core.triton_backend as tb
+from rl_triton_core import _replay
 
 
-def per_call(fn, k=2000):
+def per_call(fn, k=3000):
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(k):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / k * 1e6
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(k):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) / k * 1e6)
+    return best
 
 
-T, N = 128, 4096
-dev = torch.device("cuda")
-r, v = torch.randn(T, N, device=dev), torch.randn(T, N, device=dev)
-d = torch.rand(T, N, device=dev) < 0.05
-bv = torch.randn(N, device=dev)
-adv, ret = torch.empty(T, N, device=dev), torch.empty(T, N, device=dev)
-res = {}
-for direct in (False, True):
-    tb.DIRECT_LAUNCH = direct
-    tb._LAUNCHES.clear()
-    res[f"public gae direct={direct}"] = per_call(
-        lambda: rtc.gae(r, v, terminated=d, bootstrap_value=bv, gamma=0.99, lmbda=0.95)
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    T, N = 128, 4096
+    dev = torch.device("cuda")
+    r, v = torch.randn(T, N, device=dev), torch.randn(T, N, device=dev)
+    d = torch.rand(T, N, device=dev) < 0.05
+    bv = torch.randn(N, device=dev)
+    adv, ret = torch.empty(T, N, device=dev), torch.empty(T, N, device=dev)
+    kw = dict(bootstrap_value=bv, gamma=0.99, lmbda=0.95)
+    want = rtc.gae(r.double(), v.double(), d, **{**kw, "bootstrap_value": bv.double()},
+                   backend="torch")  # fmt: skip
+
+    def check(got, label):
+        err = max((g.double() - w).abs().max().item() for g, w in zip(got, want, strict=True))
+        if not err < 1e-4:
+            raise SystemExit(f"{label}: max error {err:.3g}")
+
+    res = {}
+    for label, direct, replay in (
+        ("jit", False, False),
+        ("direct", True, False),
+        ("direct+replay", True, True),
+    ):
+        tb.DIRECT_LAUNCH, _replay.ENABLED = direct, replay
+        tb._LAUNCHES.clear()
+        _replay._PLANS.clear()
+        check(rtc.gae(r, v, d, **kw), label)
+        check(rtc.gae(r, v, d, **kw), label)  # (a replay, where enabled)
+        adv.fill_(float("nan"))
+        check(rtc.gae(r, v, d, **kw, out=(adv, ret)), label + " out=")
+        res[f"gae public, fresh outputs, {label}"] = per_call(lambda: rtc.gae(r, v, d, **kw))
+        res[f"gae public, out=, {label}"] = per_call(lambda: rtc.gae(r, v, d, **kw, out=(adv, ret)))
+
+    res["torch.empty x2"] = per_call(
+        lambda: (torch.empty(T, N, device=dev), torch.empty(T, N, device=dev))
     )
-    tb._LAUNCHES.clear()
-    res[f"public gae out= direct={direct}"] = per_call(
-        lambda: rtc.gae(
-            r, v, terminated=d, bootstrap_value=bv, gamma=0.99, lmbda=0.95, out=(adv, ret)
-        )
-    )
-    tb._LAUNCHES.clear()
-    res[f"backend gae direct={direct}"] = per_call(
-        lambda: tb.gae(r, v, d, None, None, bv, 0.99, 0.95, (adv, ret))
-    )
-res["torch.empty x2"] = per_call(
-    lambda: (torch.empty(T, N, device=dev), torch.empty(T, N, device=dev))
-)
+
+    @triton.jit
+    def empty_kernel(x):
+        pass
+
+    res["empty Triton kernel (JIT)"] = per_call(lambda: empty_kernel[(1,)](adv))
+    res["one eager op (add_)"] = per_call(lambda: adv.add_(1.0))
+
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        rtc.gae(r, v, d, **kw, out=(adv, ret))
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(graph):
+        rtc.gae(r, v, d, **kw, out=(adv, ret))
+    adv.fill_(float("nan"))
+    graph.replay()
+    check((adv, ret), "graph replay")
+    res["CUDA graph replay of the call"] = per_call(graph.replay)
+
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    print(f"gae [{T}, {N}] float32, full-call time (host-bound here):")
+    for k, val in res.items():
+        print(f"  {k:45s} {val:7.1f} us")
+    if args.json:
+        meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                    triton=triton.__version__, shape=[T, N])  # fmt: skip
+        with open(args.json, "w") as f:
+            json.dump(dict(meta=meta, full_call_us=res), f, indent=1)
 
 
-@triton.jit
-def empty_kernel(x):
-    pass
-
-
-res["empty triton kernel (JIT path)"] = per_call(lambda: empty_kernel[(1,)](adv))
-res["torch add_ (one eager op)"] = per_call(lambda: adv.add_(1.0))
-# correctness of the direct path vs reference
-tb.DIRECT_LAUNCH = True
-tb._LAUNCHES.clear()
-ref = rtc.gae(
-    r.cpu().double(),
-    v.cpu().double(),
-    terminated=d.cpu(),
-    bootstrap_value=bv.cpu().double(),
-    gamma=0.99,
-    lmbda=0.95,
-    backend="torch",
-)
-for i in range(3):
-    got = rtc.gae(r, v, terminated=d, bootstrap_value=bv, gamma=0.99, lmbda=0.95)
-    print(
-        "direct call",
-        i,
-        "max err",
-        max((g.cpu().double() - w).abs().max().item() for g, w in zip(got, ref)),
-    )
-# CUDA graph with the direct path
-g = torch.cuda.CUDAGraph()
-adv.fill_(float("nan"))
-ret.fill_(float("nan"))
-s = torch.cuda.Stream()
-s.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(s):
-    rtc.gae(r, v, terminated=d, bootstrap_value=bv, gamma=0.99, lmbda=0.95, out=(adv, ret))
-torch.cuda.current_stream().wait_stream(s)
-with torch.cuda.graph(g):
-    rtc.gae(r, v, terminated=d, bootstrap_value=bv, gamma=0.99, lmbda=0.95, out=(adv, ret))
-adv.fill_(float("nan"))
-g.replay()
-torch.cuda.synchronize()
-print("graph replay max err", (adv.cpu().double() - ref[0]).abs().max().item())
-res["graph replay"] = per_call(g.replay)
-for k, val in res.items():
-    print(f"{k:40s} {val:8.1f} us")
+if __name__ == "__main__":
+    main()

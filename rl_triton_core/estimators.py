@@ -34,6 +34,7 @@ from torch import Tensor
 from . import autograd as _autograd
 from . import ops as _ops
 from ._dispatch import resolve
+from ._replay import replayable
 from ._validate import Coefficient, Steps, require_next_state
 
 Backend = Literal["auto", "triton", "torch", "reference"]
@@ -68,6 +69,7 @@ def _run(steps: Steps, backend: str, fn: str, out: Out, names: Sequence[str], *a
     return outputs if len(outputs) > 1 else outputs[0]
 
 
+@replayable
 def linear_scan(
     a: Tensor,
     b: Tensor,
@@ -111,6 +113,7 @@ def linear_scan(
     )
 
 
+@replayable
 def gae(
     rewards: Tensor,
     values: Tensor,
@@ -178,6 +181,7 @@ def gae(
     )
 
 
+@replayable
 def lambda_returns(
     rewards: Tensor,
     values: Tensor | None,
@@ -230,6 +234,7 @@ def lambda_returns(
     )
 
 
+@replayable
 def discounted_returns(
     rewards: Tensor,
     terminated: Tensor | None,
@@ -271,6 +276,7 @@ def discounted_returns(
     )
 
 
+@replayable
 def vtrace(
     rewards: Tensor,
     values: Tensor,
@@ -349,6 +355,7 @@ def vtrace(
     )
 
 
+@replayable
 def retrace(
     rewards: Tensor,
     q_values: Tensor,
@@ -419,6 +426,7 @@ def retrace(
     )
 
 
+@replayable
 def eligibility_traces(
     x: Tensor,
     done: Tensor | None,
@@ -454,6 +462,7 @@ def eligibility_traces(
     )
 
 
+@replayable
 def episodic_cumsum(
     x: Tensor,
     done: Tensor | None,

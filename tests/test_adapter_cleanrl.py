@@ -272,8 +272,8 @@ def test_compute_vtrace_matches_loop(backend, device, truncation):
     @hyp(backend)
     def check(data):
         r = Rollout(data, backend, torch.float64).to(device)
-        tlp = -r.u(r.T, r.N).abs() * 2
-        blp = tlp - r.u(r.T, r.N) * 0.5
+        tlp = (-r.u(r.T, r.N).abs() * 2).to(device)
+        blp = tlp - r.u(r.T, r.N).to(device) * 0.5
         rho_bar = data.draw(st.sampled_from([0.5, 1.0, 2.0]), label="rho_bar")
         c_bar = data.draw(st.sampled_from([0.5, 1.0]), label="c_bar")
         trunc = dict(truncated=r.truncated, final_values=r.final_values) if truncation else {}

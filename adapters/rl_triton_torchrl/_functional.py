@@ -98,7 +98,7 @@ def fallback_reason(
             if not isinstance(c, (int, float)):
                 return f"a coefficient of type {type(c).__name__}"
         elif c.numel() == 1:
-            if c.device != device and (c.device.type != "cpu" or c.requires_grad):
+            if c.device != device and c.device.type != "cpu":
                 return f"a coefficient tensor on {c.device} for inputs on {device}"
         elif (
             c.dim() != ndim
@@ -128,14 +128,17 @@ def _served(name: str, reason: str | None) -> bool:
     return False
 
 
-def _coefficient(c, dtype: torch.dtype):
-    """gamma, lambda or a threshold as ``rl_triton_core`` takes it: a float or a float tensor."""
+def _coefficient(c, dtype: torch.dtype, device: torch.device):
+    """gamma, lambda or a threshold as ``rl_triton_core`` takes it: a float or a float tensor.
+    A trainable scalar stays a tensor so that its gradient flows; on the CPU with inputs on an
+    accelerator it is copied there (differentiably; PyTorch ops accept such 0-dim CPU tensors,
+    ``rl_triton_core`` wants one device)."""
     if not isinstance(c, Tensor):
         return float(c)
     if c.numel() == 1:
         if c.device.type == "cpu" and not c.requires_grad:
             return float(c)  # a CPU scalar: reading it synchronises no accelerator
-        c = c.reshape(())  # (a trainable one stays a tensor: its gradient must flow)
+        c = c.reshape(()).to(device)
     return c if c.is_floating_point() else c.to(dtype)
 
 
@@ -158,8 +161,8 @@ def _gae(name, gamma, lmbda, state_value, next_state_value, reward, done, termin
             done if terminated is None else terminated,
             truncated=done,
             next_values=next_state_value,
-            gamma=_coefficient(gamma, dtype),
-            lmbda=_coefficient(lmbda, dtype),
+            gamma=_coefficient(gamma, dtype, next_state_value.device),
+            lmbda=_coefficient(lmbda, dtype, next_state_value.device),
             time_dim=time_dim,
             backend=backend,
         )
@@ -222,8 +225,8 @@ def _td_lambda(
                 done if terminated is None else terminated,
                 truncated=done,
                 next_values=next_state_value,
-                gamma=_coefficient(gamma, dtype),
-                lmbda=_coefficient(lmbda, dtype),
+                gamma=_coefficient(gamma, dtype, next_state_value.device),
+                lmbda=_coefficient(lmbda, dtype, next_state_value.device),
                 time_dim=time_dim,
                 backend=backend,
             )
@@ -303,7 +306,7 @@ def vec_td1_return_estimate(
                 done if terminated is None else terminated,
                 truncated=done,
                 next_values=next_state_value,
-                gamma=_coefficient(gamma, next_state_value.dtype),
+                gamma=_coefficient(gamma, next_state_value.dtype, next_state_value.device),
                 time_dim=time_dim,
                 backend=backend,
             )
@@ -351,10 +354,10 @@ def vtrace_advantage_estimate(
             done if terminated is None else terminated,
             truncated=done,
             next_values=next_state_value,
-            gamma=_coefficient(gamma, dtype),
+            gamma=_coefficient(gamma, dtype, next_state_value.device),
             lmbda=1.0,
-            rho_bar=_coefficient(rho_thresh, dtype),
-            c_bar=_coefficient(c_thresh, dtype),
+            rho_bar=_coefficient(rho_thresh, dtype, next_state_value.device),
+            c_bar=_coefficient(c_thresh, dtype, next_state_value.device),
             time_dim=time_dim,
             backend=backend,
         )

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .. import _replay
 from .._dispatch import triton_interpreted
 from . import kernels
 
@@ -94,7 +95,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     The shapes come from a sweep on an H200 (benchmarks/sweep_tiles.py); issue 4 tunes them.
     """
     max_chunks = 64  # the carry-in fold reads the totals of every earlier chunk
-    if triton_interpreted():  # tiny tiles so that CPU tests reach every code path
+    if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path
         block_t, block_n, unroll, warps = (1, 4, 4, 1) if time_major else (4, 2, 2, 1)
         min_chunk, target = 8, 4
     else:
@@ -121,18 +122,32 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
 class _Launch(NamedTuple):
     """Everything about a launch that depends only on shapes, strides and dtypes."""
 
-    strides: tuple[int, ...]  # s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n
+    tail: tuple[int, ...]  # T, N, chunk, then the strides s_t, s_n, f_t, f_n, k_t, k_n, b_n,
+    # o0_t, o0_n, o1_t, o1_n
     plan: Plan
     grid: tuple[int, int]
     meta: dict
+    totals_shape: tuple[int, int, int]
     totals_dtype: torch.dtype
+    device: torch.device
     direct: dict  # (phase, pointer alignment) -> direct launcher, after a first launch
 
 
-# Direct launches (see `_direct_launcher`), opt-in with RL_TRITON_DIRECT_LAUNCH=1 until they
-# have been checked on a GPU (written against Triton 3.6's launcher; not yet run on a device).
-# Off, every call goes through Triton's own JIT dispatch (what profilers hook).
-DIRECT_LAUNCH = os.environ.get("RL_TRITON_DIRECT_LAUNCH", "0") == "1"
+# Direct launches (see `_direct_launcher`): on by default since they passed the GPU suite on an
+# H200 (Triton 3.6), graph capture included; RL_TRITON_DIRECT_LAUNCH=0 sends every launch
+# through Triton's own JIT dispatch.
+DIRECT_LAUNCH = os.environ.get("RL_TRITON_DIRECT_LAUNCH", "1") != "0"
+_INTERPRETED = triton_interpreted()  # (read by triton at import: it cannot change afterwards)
+_RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)
+
+
+def _launch_hooks_set() -> bool:
+    """Whether a profiler (Proton, ...) has hooked Triton's launches: those hooks are called by
+    the JIT's launch only, so direct launches step aside while they are set."""
+    if _RUNTIME_KNOBS is None:  # Triton < 3.3 has no knobs; it has no direct launches either
+        return False
+    hook = _RUNTIME_KNOBS.launch_enter_hook
+    return bool(getattr(hook, "calls", hook))
 
 
 def _direct_launcher(compiled, meta: dict, phase: dict) -> Callable | None:
@@ -209,7 +224,9 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
     )
     grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)
     totals_dtype = torch.float64 if acc == tl.float64 else torch.float32
-    return _Launch(strides, plan, grid, meta, totals_dtype, {})
+    tail = (T, N, plan.chunk, *strides)
+    totals = (2, plan.n_chunks, N)
+    return _Launch(tail, plan, grid, meta, totals, totals_dtype, out0.device, {})
 
 
 def _needs_copies(x, flags, coefs, boot, outs) -> bool:
@@ -272,6 +289,7 @@ def _launch(
         *(_signature(c) if isinstance(c, Tensor) else None for c in coefs),
     )
     launch = _LAUNCHES.get(key)
+    copies = False
     if launch is None:
         copies = _needs_copies(x, flags, coefs, boot, outs)
         if copies:  # the slow, uncached path
@@ -290,21 +308,30 @@ def _launch(
             if len(_LAUNCHES) >= 4096:  # many distinct shapes: start afresh
                 _LAUNCHES.clear()
             _LAUNCHES[key] = launch
-    T, N = out0.shape[0], math.prod(out0.shape[1:])
-    split = launch.plan.n_chunks > 1
-    totals = (
-        torch.empty((2, launch.plan.n_chunks, N), dtype=launch.totals_dtype, device=out0.device)
-        if split
-        else None
-    )
-    args = (*x, *flags, *coefs, boot, *outs, totals, T, N, launch.plan.chunk, *launch.strides)
-    with _on_device(out0.device):
-        if split:
-            _run(launch, args, out0.device, WRITE_TOTALS=True, READ_TOTALS=False)
-        _run(launch, args, out0.device, WRITE_TOTALS=False, READ_TOTALS=split)
+    args = (*x, *flags, *coefs, boot, *outs)
+    recording = _replay.recording()
+    if recording is not None:  # (a replay may skip everything above, not the copies)
+        recording.append(None if copies else (launch, args))
+    start(launch, args)
     for o, r in zip(outs, results, strict=True):
         if o is not r:
             r.copy_(o)
+
+
+def start(launch: _Launch, args: tuple) -> None:
+    """Run a described launch on the call's tensors and scalars: once, or when the time axis is
+    split, a first pass that writes each chunk's totals and a second that folds them in."""
+    split = launch.plan.n_chunks > 1
+    totals = (
+        torch.empty(launch.totals_shape, dtype=launch.totals_dtype, device=launch.device)
+        if split
+        else None
+    )
+    args = (*args, totals, *launch.tail)
+    with _on_device(launch.device):
+        if split:
+            _run(launch, args, WRITE_TOTALS=True, READ_TOTALS=False)
+        _run(launch, args, WRITE_TOTALS=False, READ_TOTALS=split)
 
 
 def _on_device(device: torch.device):
@@ -315,10 +342,12 @@ def _on_device(device: torch.device):
     return contextlib.nullcontext()
 
 
-def _run(launch: _Launch, args: tuple, device: torch.device, **phase: bool) -> None:
+def _run(launch: _Launch, args: tuple, **phase: bool) -> None:
     """One launch of ``scan_kernel``: the direct launcher once the kernel is compiled and
-    loaded (on a GPU), else through Triton's JIT (compiles on first use; the interpreter)."""
-    if not DIRECT_LAUNCH or device.type != "cuda" or triton_interpreted():
+    loaded (on a GPU), else through Triton's JIT (compiles on first use; the interpreter; and
+    whenever a profiler has set Triton's launch hooks, which only the JIT calls)."""
+    device = launch.device
+    if not DIRECT_LAUNCH or device.type != "cuda" or _INTERPRETED or _launch_hooks_set():
         kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
         return
     # A compiled kernel also depends on which pointers are 16-byte aligned (Triton

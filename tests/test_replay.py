@@ -1,0 +1,200 @@
+"""Replayed calls (rl_triton_core/_replay.py): a repeated Triton call skips validation and
+launch planning and replays the recorded launches with its own tensors.
+
+Each test makes a first call that records, then a second call with new data (and new tensors)
+of the same metadata, checks that the second call was a replay (the launcher's planning
+function did not run) and that its outputs, NaN-poisoned first when ``out=`` is given, equal
+the float64 reference. Then the cases a replay must refuse: aliased arguments, a CPU scalar
+read as a float, gradients, tensor subclasses.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _support import FLAG_ARGS, NOTIME_ARGS, PARAM_ARGS, POSITIONAL, STEP_ARGS, as_tuple
+from conftest import HAS_CUDA, TRITON_INTERPRET, assert_close
+
+import rl_triton_core as rtc
+from rl_triton_core import _replay
+
+DEVICES = [
+    pytest.param(
+        "cpu", marks=pytest.mark.skipif(not TRITON_INTERPRET, reason="needs TRITON_INTERPRET=1")
+    ),
+    pytest.param(
+        "cuda",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")],
+    ),
+]
+FUNCTIONS = tuple(POSITIONAL)
+# (per-step shape, time_dim): time-major, batch-major, TorchRL [B, T, 1]; T = 20 splits the
+# time axis across programs under the interpreter (two launches per call).
+LAYOUTS = {"time-major": ((7, 3), 0), "batch-major": ((3, 7), 1), "torchrl": ((2, 7, 1), -2)}
+
+
+@pytest.fixture
+def launcher_calls(monkeypatch):
+    """Counts the Triton launcher's planning calls (a replay makes none)."""
+    from rl_triton_core import triton_backend
+
+    calls = []
+    real = triton_backend._launch
+    monkeypatch.setattr(
+        triton_backend, "_launch", lambda *a, **k: (calls.append(1), real(*a, **k))[1]
+    )
+    return calls
+
+
+def _inputs(fn, shape, time_dim, device, dtype, seed, *, truncation, tensor_gamma):
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*s):
+        return torch.randn(s, generator=g, dtype=torch.float64).to(device, dtype)
+
+    td = time_dim % len(shape)
+    boundary = shape[:td] + shape[td + 1 :]
+    d = {}
+    for name in STEP_ARGS[fn]:
+        if name == "next_values" and not truncation:
+            continue
+        d[name] = rand(*shape)
+        if name.endswith("log_probs"):
+            d[name] = -d[name].abs()
+    for name in FLAG_ARGS[fn]:
+        if name == "truncated" and not truncation:
+            continue
+        d[name] = (torch.rand(shape, generator=g) < 0.2).to(device)
+    for name in NOTIME_ARGS[fn]:
+        if not (name == "bootstrap_value" and truncation):
+            d[name] = rand(*boundary)
+    for name in PARAM_ARGS[fn]:
+        d[name] = 0.9  # float32 cannot hold it: float64 calls pass a cached float64 scalar
+        if tensor_gamma and name == "gamma":  # per step and sequence
+            d[name] = (0.8 + 0.2 * torch.rand(shape, generator=g)).to(device, dtype)
+    return d
+
+
+def _call(fn, inputs, **kwargs):
+    pos = [inputs.get(n) for n in POSITIONAL[fn]]
+    rest = {k: v for k, v in inputs.items() if k not in POSITIONAL[fn]}
+    return getattr(rtc, fn)(*pos, **rest, **kwargs)
+
+
+def _reference(fn, inputs, time_dim):
+    f64 = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+           for k, v in inputs.items()}  # fmt: skip
+    return as_tuple(_call(fn, f64, time_dim=time_dim, backend="reference"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_second_call_is_a_replay_with_the_new_data(fn, layout, device, launcher_calls):
+    shape, time_dim = LAYOUTS[layout]
+    # (float64 with a per-step gamma tensor beside a float coefficient float32 cannot hold is
+    # a layout the launcher copies for: not replayable, so not here)
+    for dtype, truncation, tensor_gamma, use_out in (
+        (torch.float32, False, True, True),
+        (torch.float64, True, False, False),
+    ):
+        kw = dict(truncation=truncation, tensor_gamma=tensor_gamma)
+        first = _inputs(fn, shape, time_dim, device, dtype, 1, **kw)
+        second = _inputs(fn, shape, time_dim, device, dtype, 2, **kw)
+        n_out = 2 if fn in ("gae", "vtrace") else 1
+
+        def outs(dtype=dtype, n_out=n_out, use_out=use_out):
+            o = tuple(torch.full(shape, float("nan"), dtype=dtype, device=device)
+                      for _ in range(n_out))  # fmt: skip
+            return dict(out=o if n_out > 1 else o[0]) if use_out else {}
+
+        _call(fn, first, time_dim=time_dim, backend="triton", **outs())
+        recorded = len(launcher_calls)
+        assert recorded == 1, "the first call did not go through the launcher"
+        got = as_tuple(_call(fn, second, time_dim=time_dim, backend="triton", **outs()))
+        assert len(launcher_calls) == recorded, f"{fn} {layout} {dtype}: not replayed"
+        for g, w in zip(got, _reference(fn, second, time_dim), strict=True):
+            assert g.shape == w.shape and g.dtype == dtype
+            assert_close(g, w, dtype, name=f"{fn} {layout} {dtype} replayed")
+        launcher_calls.clear()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_time_axis_replay(device, launcher_calls):
+    """Two launches per call (totals written, then folded in) on the interpreter's tiny tiles
+    (on a GPU: 64 chunks of a long single sequence)."""
+    T = 20 if device == "cpu" else 1 << 16
+    for seed in (1, 2):
+        d = _inputs("gae", (T, 1), 0, device, torch.float32, seed, truncation=True,
+                    tensor_gamma=False)  # fmt: skip
+        got = _call("gae", d, backend="triton")
+    assert len(launcher_calls) == 1
+    for g, w in zip(got, _reference("gae", d, 0), strict=True):
+        assert_close(g, w, torch.float32, name="split replay")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_aliased_arguments(device, launcher_calls):
+    """A recording made with two distinct flag tensors replays correctly when one tensor is
+    passed for both; a first call with one tensor passed twice is not replayable (its
+    recording could not tell the two slots apart)."""
+    kw = dict(truncation=True, tensor_gamma=False)
+    _call("gae", _inputs("gae", (7, 3), 0, device, torch.float32, 3, **kw), backend="triton")
+    d = _inputs("gae", (7, 3), 0, device, torch.float32, 4, **kw)
+    d["truncated"] = d["terminated"]
+    got = _call("gae", d, backend="triton")
+    assert len(launcher_calls) == 1, "not replayed"
+    for g, w in zip(got, _reference("gae", d, 0), strict=True):
+        assert_close(g, w, torch.float32, name="aliased flags replayed")
+    for seed in (5, 6):
+        d = _inputs("gae", (6, 3), 0, device, torch.float32, seed, **kw)
+        d["truncated"] = d["terminated"]
+        _call("gae", d, backend="triton")
+    assert len(launcher_calls) == 3, "a recording with aliased arguments was replayed"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_take_the_differentiable_path(device):
+    d = _inputs("gae", (7, 3), 0, device, torch.float32, 6, truncation=False, tensor_gamma=False)
+    for _ in range(2):
+        d["values"] = d["values"].detach().requires_grad_()
+        adv, _ = _call("gae", d, backend="triton")
+        assert adv.grad_fn is not None
+        adv.sum().backward()
+        assert d["values"].grad is not None
+    with torch.no_grad():  # no gradient wanted: replayable again
+        adv, _ = _call("gae", d, backend="triton")
+    assert adv.grad_fn is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tensor_subclasses_are_not_replayed(device, launcher_calls):
+    d = _inputs("gae", (7, 3), 0, device, torch.float32, 7, truncation=False, tensor_gamma=False)
+    d["values"] = torch.nn.Parameter(d["values"], requires_grad=False)
+    for _ in range(2):
+        _call("gae", d, backend="triton")
+    assert len(launcher_calls) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
+def test_cpu_scalar_gamma_is_read_every_call():
+    """A 0-dim CPU gamma for CUDA inputs is read as a float: such a call is not replayable,
+    so a new value in the same tensor is honoured."""
+    d = _inputs("gae", (7, 3), 0, "cuda", torch.float32, 8, truncation=False, tensor_gamma=False)
+    gamma = torch.tensor(0.9)
+    first = _call("gae", {**d, "gamma": gamma}, backend="triton")[0].clone()
+    gamma.fill_(0.5)
+    second = _call("gae", {**d, "gamma": gamma}, backend="triton")[0]
+    want = _reference("gae", {**d, "gamma": 0.5}, 0)[0]
+    assert not torch.equal(first, second)
+    assert_close(second, want, torch.float32, name="gamma changed between calls")
+
+
+def test_cpu_calls_without_the_interpreter_never_record(monkeypatch):
+    """On the CPU (torch backend) the wrapper costs one device check and records nothing."""
+    if TRITON_INTERPRET:
+        pytest.skip("under the interpreter CPU calls may record")
+    before = dict(_replay._PLANS)
+    rtc.gae(torch.randn(5, 2), torch.randn(5, 2), None, bootstrap_value=torch.zeros(2))
+    assert _replay._PLANS == before
