@@ -1,39 +1,82 @@
 """Developer tool: sweep tile shapes / warps / time splits of the Triton backend on one GPU.
 
-Monkeypatches ``triton_backend._plan`` and times GAE (CUDA-graph replay, L2 flushed by a large
-write before each replay) for each candidate; prints the best per shape and layout.
+Monkeypatches ``triton_backend._plan`` (clearing the launch and replay caches for every
+candidate) and times GAE (CUDA-graph replay, L2 flushed by a large write before each replay)
+for each candidate; checks each against the float64 torch backend; prints the best per shape
+and layout.
 
-    python benchmarks/sweep_tiles.py
+    python benchmarks/sweep_tiles.py [--shapes 128x4096 131072x16] [--layouts tm bm]
+        [--candidates 32x128x1x4x1 ...] [--check-all]
+
+``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split);
+``--check-all`` also runs every estimator at each candidate against the float64 torch backend
+(a tile shape must compile and be right for all of them, not only GAE).
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import itertools
+import time
 
 import torch
 import triton
 import triton.testing
 
 import rl_triton_core as rtc
-from rl_triton_core import triton_backend
+from rl_triton_core import _replay, triton_backend
 
-SHAPES = [(1024, 65536), (128, 4096), (131072, 16), (4096, 1024)]
+SHAPES = ["1024x65536", "128x4096", "131072x16", "4096x1024"]
 
 
 def candidates(T, N, time_major):
     """(block_t, block_n, unroll, num_warps, split) to try."""
-    if time_major:
-        grid = itertools.product([1], (128, 256, 512), (8, 16), (1, 2, 4), (1, 16))
+    if time_major:  # per-thread columns, then 2-D tiles scanned along time
+        grid = [*itertools.product([1], (128, 256), (8, 16), (2, 4), (1, 16, 64)),
+                *itertools.product((32, 64, 128, 256), (16, 32, 64), [1], (4, 8), (1, 16, 64))]  # fmt: skip
     else:
-        grid = itertools.product((128, 512, 1024, 2048), [1], [1], (2, 4, 8), (1, 16))
+        grid = itertools.product((256, 512, 1024, 2048), [1], [1], (2, 4, 8), (1, 16, 64, 128))
     for bt, bn, unroll, warps, split in grid:
         if bt * bn < 32 * warps or (split > 1 and split * bt * unroll * 2 > T) or bt > 2 * T:
+            continue
+        if bn > 2 * triton.next_power_of_2(N):
             continue
         yield bt, bn, unroll, warps, split
 
 
+def check_all(r, v, term, boot, time_dim) -> str:
+    """Every estimator at the current plan against the torch backend in float64."""
+    lp = -r.abs()
+    worst = 0.0
+    for fn, args, kw in (
+        ("lambda_returns", (r, v, term), dict(bootstrap_value=boot)),
+        ("discounted_returns", (r, term), dict(bootstrap_value=boot)),
+        ("vtrace", (r, v, lp, -v.abs(), term), dict(bootstrap_value=boot)),
+        ("retrace", (r, v, v.roll(1, time_dim), lp, -v.abs(), term), {}),
+        ("eligibility_traces", (r, term), dict(initial=boot)),
+        ("linear_scan", (v.sigmoid(), r), dict(initial=boot, reverse=True)),
+    ):
+        got = getattr(rtc, fn)(*args, **kw, time_dim=time_dim, backend="triton")
+
+        def up(x):
+            return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+        want = getattr(rtc, fn)(*map(up, args), **{k: up(x) for k, x in kw.items()},
+                                time_dim=time_dim, backend="torch")  # fmt: skip
+        for g, w in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want)), strict=True):
+            worst = max(worst, ((g.double() - w).abs().max() / w.abs().max().clamp_min(1)).item())
+    return f"ok (max rel err {worst:.1e})" if worst < 1e-4 else f"FAILED (max rel err {worst:.1e})"
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", nargs="*", default=SHAPES, help="TxN")
+    ap.add_argument("--layouts", nargs="*", default=["tm", "bm"], choices=["tm", "bm"])
+    ap.add_argument("--budget-s", type=float, default=120, help="per shape and layout")
+    ap.add_argument("--candidates", nargs="*", help="BTxBNxUNROLLxWARPSxSPLIT each")
+    ap.add_argument("--check-all", action="store_true", help="every estimator per candidate")
+    args = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
 
@@ -41,46 +84,47 @@ def main():
         flush.zero_()
         graph.replay()
 
-    for (T, N), batch_major in itertools.product(SHAPES, (False, True)):
+    real_plan = triton_backend._plan
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes]
+    for (T, N), layout in itertools.product(shapes, args.layouts):
+        batch_major = layout == "bm"
         shape = (N, T) if batch_major else (T, N)
         r = torch.randn(shape, device=dev)
         v = torch.randn(shape, device=dev)
         term = torch.rand(shape, device=dev) < 0.05
         boot = torch.randn(N, device=dev)
-        want, _ = rtc.gae(
-            r.double(),
-            v.double(),
-            term,
-            bootstrap_value=boot.double(),
-            time_dim=int(batch_major),
-            backend="torch",
-        )
+        want, _ = rtc.gae(r.double(), v.double(), term, bootstrap_value=boot.double(),
+                          time_dim=int(batch_major), backend="torch")  # fmt: skip
+        adv = torch.empty_like(r)
+        ret = torch.empty_like(r)
+        call = functools.partial(rtc.gae, r, v, term, bootstrap_value=boot, out=(adv, ret),
+                                 time_dim=int(batch_major), backend="triton")  # fmt: skip
+        ms_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median")
+        default = real_plan(1, T, N, not batch_major, dev)
         results = []
-        for bt, bn, unroll, warps, split in candidates(T, N, not batch_major):
+        start = time.monotonic()
+        own = [tuple(map(int, c.split("x"))) for c in args.candidates or []]
+        cands = [None, *(own or candidates(T, N, not batch_major))]
+        for cand in cands:
+            if time.monotonic() - start > args.budget_s:
+                print(f"   (budget spent: {len(cands) - len(results)} candidates not run)")
+                break
+            if cand is None:
+                triton_backend._plan = real_plan
+            else:
+                bt, bn, unroll, warps, split = cand
 
-            def plan(
-                kind, T_, N_, tm, device, bt=bt, bn=bn, unroll=unroll, warps=warps, split=split
-            ):
-                step = bt * unroll
-                chunk = triton.cdiv(triton.cdiv(T_, split), step) * step
-                return triton_backend.Plan(bt, bn, unroll, chunk, triton.cdiv(T_, chunk), warps)
+                def plan(kind, T_, N_, tm, device, bt=bt, bn=bn, unroll=unroll, warps=warps,
+                         split=split):  # fmt: skip
+                    step = bt * unroll
+                    chunk = triton.cdiv(triton.cdiv(T_, split), step) * step
+                    return triton_backend.Plan(bt, bn, unroll, chunk, triton.cdiv(T_, chunk), warps)
 
-            triton_backend._plan = plan
-            adv = torch.empty_like(r)
-            ret = torch.empty_like(r)
-
-            call = functools.partial(
-                rtc.gae,
-                r,
-                v,
-                term,
-                bootstrap_value=boot,
-                out=(adv, ret),
-                time_dim=int(batch_major),
-                backend="triton",
-            )
-
+                triton_backend._plan = plan
+            triton_backend._LAUNCHES.clear()
+            _replay._PLANS.clear()
             try:
+                adv.fill_(float("nan"))
                 call()
                 err = ((adv.double() - want).abs().max() / want.abs().max()).item()
                 g = torch.cuda.CUDAGraph()
@@ -89,22 +133,23 @@ def main():
                 ms = triton.testing.do_bench(
                     functools.partial(replay, g), warmup=5, rep=40, return_mode="median"
                 )
-                ms_flush = triton.testing.do_bench(
-                    flush.zero_, warmup=5, rep=40, return_mode="median"
+                label = "default " + str(tuple(default)) if cand is None else str(cand)
+                if args.check_all:
+                    label += " all estimators " + check_all(r, v, term, boot, int(batch_major))
+                results.append((ms - ms_flush, label, err))
+                print(
+                    f"     {(ms - ms_flush) * 1e3:8.1f} us  [{T}x{N} {layout}] {label}", flush=True
                 )
-                results.append((ms - ms_flush, bt, bn, unroll, warps, split, err))
             except Exception as e:  # a sweep skips configs that do not compile
-                print("skip", bt, bn, unroll, warps, split, type(e).__name__, str(e)[:100])
+                print("   skip", cand, type(e).__name__, str(e)[:100])
+        triton_backend._plan = real_plan
         results.sort()
         floor_us = r.numel() * 17 / 4.2e6
-        print(f"[T={T}, N={N}] {'batch' if batch_major else 'time'}-major floor {floor_us:.1f} us")
-        for ms, bt, bn, unroll, warps, split, err in results[:6]:
-            print(
-                f"   {ms * 1e3:8.1f} us  BLOCK_T={bt} BLOCK_N={bn} UNROLL={unroll} warps={warps}"
-                f" split={split}"
-                f" err={err:.1e}"
-            )
-        print(f"   worst {results[-1][0] * 1e3:.1f} us", flush=True)
+        print(f"[T={T}, N={N}] {layout} floor {floor_us:.1f} us "
+              "(block_t, block_n, unroll, warps, split)")  # fmt: skip
+        for us, label, err in [*results[:6], *[x for x in results if "default" in x[1]]]:
+            print(f"   {us * 1e3:8.1f} us  {label}  err={err:.1e}")
+        print(f"   worst {results[-1][0] * 1e3:.1f} us of {len(results)}", flush=True)
 
 
 if __name__ == "__main__":

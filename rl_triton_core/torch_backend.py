@@ -113,7 +113,7 @@ def _scan_blocked(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, gua
     for k in order[1:]:
         local = _apply(a_cols[k], local, b_cols[k], guard)
     # 2. the state after each block: a scan of the blocks' composite maps (Π a, local)
-    after = _scan_chunk(_block_product(A, guard), local, carry, reverse, guard)
+    after = _scan_chunk(_block_product(A, guard), local, carry, reverse, guard, b.is_cpu)
     # 3. the final sweep, in place, entering each block with the state after the one before
     if reverse:
         _apply(A[:-1, entry], after[1:], B[:-1, entry], guard, out=B[:-1, entry])
@@ -129,16 +129,14 @@ def _scan_blocked(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, gua
     return b
 
 
-def _scan_dense(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool):
+def _scan_dense(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, n: int, m: int):
     """Unguarded transfer-matrix scan, in place in ``b``.
 
     Reverse order: ``x_t = b_t + Σ_j C[t, j] b_{t+j+1}`` with ``C[t, j] = Π_{k=t}^{t+j} a_k``
     (``b_n`` is the carry; both zero further on), ``C`` from one cumprod over a skewed
     (``as_strided``) view of zero-padded ``a``. A forward scan runs on flipped copies.
     """
-    n = b.shape[0]
     x, a = (b, a) if reverse else (b.flip(0), a.flip(0))
-    m = b.numel() // n
     flat = b.dim() == 2  # [n, m] already: skip the reshapes (each op costs µs here)
     skew = ((n, n, m), (m, m, 1))  # [t, j] -> row t + j of a padded [2n - 1, m] buffer
     a = a if flat else a.reshape(n, m)
@@ -152,15 +150,15 @@ def _scan_dense(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool):
     return b if reverse else b.copy_(x.flip(0))
 
 
-def _scan_chunk(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, guard: bool):
+def _scan_chunk(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, guard: bool, cpu: bool):
     """Scan ``n`` steps in place in ``b`` (``[n, *batch]``, ours) entering with ``carry``."""
-    n = b.shape[0]
+    shape = b.shape
+    n = shape[0]
     width = b.numel() // n if n else 0
-    if a.shape != b.shape:
-        a = a.expand(b.shape)
-    cpu = b.device.type == "cpu"
+    if a.shape != shape:
+        a = a.expand(shape)
     if cpu and not guard and n > 1 and n * n * width <= DENSE_MAX_ELEMENTS:
-        return _scan_dense(a, b, carry, reverse)
+        return _scan_dense(a, b, carry, reverse, n, width)
     if n >= BLOCKED_MIN_STEPS and (width <= BLOCKED_MAX_WIDTH or not cpu):
         return _scan_blocked(a, b, carry, reverse, guard)
     return _scan_sequential(a, b, carry, reverse, guard)
@@ -175,38 +173,44 @@ def _finite(x: Tensor) -> bool:
 def scan(
     coefficients: Coefficients,
     finish: Finish,
-    shape: torch.Size,
-    device: torch.device,
+    like: Tensor,
     *,
     reverse: bool = False,
     initial: Tensor | None = None,
 ) -> None:
-    """x_t = a_t x_{t-1} + b_t (``reverse``: x_t = a_t x_{t+1} + b_t) along dim 0 of ``shape``.
+    """x_t = a_t x_{t-1} + b_t (``reverse``: x_t = a_t x_{t+1} + b_t) along dim 0 of ``like``
+    (an output: its shape and device).
 
-    Visits the steps in chunks, in scan order. For each chunk ``rows`` (a slice of steps),
-    ``coefficients(rows, guard)`` returns fresh ``(a, b)``: ``b`` a ``[n, *batch]`` tensor of
-    the compute dtype that the engine overwrites with the result (it may be a view of an
-    output), ``a`` broadcastable to it (e.g. a 0-dim tensor). With ``guard`` every term the
-    formulas switch off must be an exact 0 (:func:`_keep`); it is called that way when the
-    unguarded result has a non-finite value. Then ``finish(rows, x, carry)`` gets the
+    Visits the steps in chunks, in scan order. For each chunk ``rows`` (a slice of steps;
+    :data:`ALL` when one chunk holds every step, the common case: the per-step tensors are
+    then used as they are, without an indexing op), ``coefficients(rows, guard)`` returns
+    fresh ``(a, b)``: ``b`` a ``[n, *batch]`` tensor of the compute dtype that the engine
+    overwrites with the result (it may be a view of an output), ``a`` broadcastable to it
+    (e.g. a 0-dim tensor). With ``guard`` every term the formulas switch off must be an exact
+    0 (:func:`_keep`); it is called that way when the unguarded result has a non-finite value. Then ``finish(rows, x, carry)`` gets the
     chunk's result ``x`` (read only: it carries on) and the state it was entered with (None
     for the first chunk when there is no ``initial``). ``initial``: ``[*batch]``.
     """
+    # Tensor attribute reads and ops cost µs each on the CPU, the Python around them far less:
+    # the one-chunk path reads the shape and device once and indexes nothing.
+    shape = like.shape
     T = shape[0]
-    cpu = device.type == "cpu"
+    cpu = like.is_cpu
     guard = not cpu
     step = max(1, CHUNK_ELEMENTS // max(shape.numel() // T, 1)) if cpu else T
-    starts = range(0, T, step)
+    if step >= T:
+        chunks = (ALL,)
+    else:
+        starts = range(0, T, step)
+        chunks = [slice(lo, min(lo + step, T)) for lo in (reversed(starts) if reverse else starts)]
     carry = initial
-    for lo in reversed(starts) if reverse else starts:
-        rows = slice(lo, min(lo + step, T))
-        x = _scan_chunk(*coefficients(rows, guard), carry, reverse, guard)
+    for i, rows in enumerate(chunks):
+        x = _scan_chunk(*coefficients(rows, guard), carry, reverse, guard, cpu)
         if not guard and not _finite(x):
-            x = _scan_chunk(*coefficients(rows, True), carry, reverse, True)
+            x = _scan_chunk(*coefficients(rows, True), carry, reverse, True, cpu)
         finish(rows, x, carry)
-        if (lo == 0) if reverse else (rows.stop == T):
-            break  # no next chunk needs the carry (selecting it costs µs)
-        carry = x[0] if reverse else x[-1]
+        if i + 1 < len(chunks):  # (the last chunk's carry is never selected: an op)
+            carry = x[0] if reverse else x[-1]
 
 
 # -- coefficient helpers -----------------------------------------------------------------------
@@ -216,18 +220,26 @@ def scan(
 # bool mask).
 
 
+ALL = slice(None)  # the steps of a problem scanned in one chunk: every step
+
+
 def _rows(x, rows: slice):
-    """Steps ``rows`` of a per-step tensor (no op when that is all of it); floats, None pass."""
-    if not isinstance(x, Tensor) or (rows.start == 0 and rows.stop == x.shape[0]):
+    """Steps ``rows`` of a per-step tensor (no op for ALL); floats and None pass."""
+    if rows is ALL or not isinstance(x, Tensor):
         return x
     return x[rows]
 
 
+def _bounds(rows: slice, T: int) -> tuple[int, int]:
+    """``(first, stop)`` of the steps ``rows`` of ``T``."""
+    return (0, T) if rows is ALL else (rows.start, rows.stop)
+
+
 def _next_rows(x: Tensor, rows: slice, last: Tensor | None = None) -> Tensor:
     """``x[t + 1]`` for the steps ``rows``; ``last`` (default 0) stands for ``x[T]``."""
-    lo, hi = rows.start, rows.stop
-    if hi < x.shape[0]:
-        return x[lo + 1 : hi + 1]
+    if rows is not ALL and rows.stop < x.shape[0]:
+        return x[rows.start + 1 : rows.stop + 1]
+    lo = 0 if rows is ALL else rows.start
     if last is None:
         return torch.constant_pad_nd(x[lo + 1 :], (0, 0) * (x.dim() - 1) + (0, 1))
     return torch.cat((x[lo + 1 :], last[None]))
@@ -235,7 +247,7 @@ def _next_rows(x: Tensor, rows: slice, last: Tensor | None = None) -> Tensor:
 
 def _previous_rows(x: Tensor, rows: slice) -> Tensor:
     """``x[t - 1]`` for the steps ``rows``; 0 stands for ``x[-1]``."""
-    lo, hi = rows.start, rows.stop
+    lo, hi = _bounds(rows, x.shape[0])
     if lo > 0:
         return x[lo - 1 : hi - 1]
     return torch.constant_pad_nd(x[: hi - 1], (0, 0) * (x.dim() - 1) + (1, 0))
@@ -291,11 +303,13 @@ def _continues(live, truncated, rows: slice, like: Tensor, *, edge: bool) -> Ten
     ``[T, *batch]`` tensor). A reverse scan without ``initial`` never reads ``a_{T-1}``, so a
     mask used only in ``a`` can skip the edge.
     """
-    c = _both(live, _keep_mask(truncated, rows, compute_dtype(like.dtype)))
-    if edge and rows.stop == like.shape[0]:
+    dtype = compute_dtype(like.dtype)
+    c = _both(live, _keep_mask(truncated, rows, dtype))
+    lo, hi = _bounds(rows, T := like.shape[0]) if edge else (0, 0)
+    if edge and hi == T:
         if c is None:  # [n, 1, ...]: broadcasts
-            shape = (rows.stop - rows.start,) + (1,) * (like.dim() - 1)
-            c = torch.ones(shape, dtype=compute_dtype(like.dtype), device=like.device)
+            shape = (hi - lo,) + (1,) * (like.dim() - 1)
+            c = torch.ones(shape, dtype=dtype, device=like.device)
         elif c is live:
             c = c.clone()  # `live` is used on its own
         c[-1] = 0
@@ -376,7 +390,8 @@ def _entry(fn):
 
     @functools.wraps(fn)
     def entry(*args):
-        with torch.inference_mode():
+        # (the C guard that torch.inference_mode() enters: the wrapper adds ~3 µs a call)
+        with torch._C._InferenceMode(True):
             return fn(*args)
 
     return entry
@@ -389,35 +404,29 @@ def linear_scan(a, b, initial, reverse, out):
     def coefficients(rows, guard):
         return _to(_rows(a, rows), dtype), _fresh_copy(b, out, rows, dtype)
 
-    scan(
-        coefficients,
-        _copy_out(out),
-        out.shape,
-        out.device,
-        reverse=reverse,
-        initial=_to(initial, dtype),
-    )
+    scan(coefficients, _copy_out(out), out, reverse=reverse, initial=_to(initial, dtype))
 
 
 @_entry
 def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out):
     adv_out, ret_out = out
     dtype, device = compute_dtype(adv_out.dtype), adv_out.device
-    copy_advantages = _copy_out(adv_out)
+    in_place = adv_out.dtype == dtype  # the advantages' own rows hold δ and the scan
 
     def coefficients(rows, guard):
         live = _keep_mask(terminated, rows, dtype)
         nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
-        scratch = _scratch(adv_out, rows, dtype)
+        scratch = _rows(adv_out, rows) if in_place else None
         delta = _td_error(rewards, values, nv, live, gamma, rows, dtype, guard, scratch)
-        c = _continues(live, truncated, rows, adv_out, edge=False)
+        c = _both(live, _keep_mask(truncated, rows, dtype))  # (a_{T-1} is never read)
         return _keep(c, _product(gamma, lmbda, rows, dtype, device), guard), delta
 
     def finish(rows, advantages, carry):
-        copy_advantages(rows, advantages, carry)
+        if not in_place:
+            _rows(adv_out, rows).copy_(advantages)
         torch.add(advantages, _to(_rows(values, rows), dtype), out=_rows(ret_out, rows))
 
-    scan(coefficients, finish, adv_out.shape, device, reverse=True)
+    scan(coefficients, finish, adv_out, reverse=True)
 
 
 @_entry
@@ -440,7 +449,7 @@ def lambda_returns(
         _add_kept(b, _rows(gamma, rows), live, bootstrap, guard)
         return trace * _coef(gamma, rows, dtype, device), b
 
-    scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
+    scan(coefficients, _copy_out(out), out, reverse=True)
 
 
 @_entry
@@ -457,14 +466,14 @@ def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_va
                 cut = 1 - c if live is None else live - c  # (1 - c) (1 - terminated)
                 nv = _to(_rows(next_values, rows), dtype)
                 _add_kept(b, _rows(gamma, rows), cut, nv, guard)
-        elif bootstrap_value is not None and rows.stop == T:
+        elif bootstrap_value is not None and _bounds(rows, T)[1] == T:
             # elsewhere a cut means terminated, which gets no bootstrap: only t = T-1
             g = gamma if isinstance(gamma, float) else gamma[-1]
             live_last = None if live is None else live[-1]
             _add_kept(b[-1], g, live_last, _to(bootstrap_value, dtype), guard)
         return _keep(c, _coef(gamma, rows, dtype, device), guard), b
 
-    scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
+    scan(coefficients, _copy_out(out), out, reverse=True)
 
 
 @_entry
@@ -511,7 +520,7 @@ def vtrace(
         pg = _td_error(rewards, values, u, chunk["live"], gamma, rows, dtype, guard=True)
         torch.mul(pg, _min(chunk["w"], _rows(pg_rho_bar, rows)), out=_rows(pg_out, rows))
 
-    scan(coefficients, finish, vs_out.shape, device, reverse=True)
+    scan(coefficients, finish, vs_out, reverse=True)
 
 
 def trace_coefficient(trace: str, lmbda, w: Tensor, target_log_probs: Tensor, c_bar) -> Tensor:
@@ -560,7 +569,7 @@ def retrace(
         b -= torch.where(a != 0, a_q, _scalar(0.0, dtype, device)) if guard else a_q
         return a, b
 
-    scan(coefficients, _copy_out(out), out.shape, device, reverse=True)
+    scan(coefficients, _copy_out(out), out, reverse=True)
 
 
 @_entry
@@ -570,7 +579,7 @@ def eligibility_traces(x, done, gamma, lmbda, initial, out):
     def coefficients(rows, guard):
         b = _fresh_copy(x, out, rows, dtype)
         ended = None if done is None else _previous_rows(done, rows)  # done_{t-1}
-        carries = _keep_mask(ended, slice(0, b.shape[0]), dtype)
+        carries = _keep_mask(ended, ALL, dtype)
         return _keep(carries, _product(gamma, lmbda, rows, dtype, device), guard), b
 
-    scan(coefficients, _copy_out(out), out.shape, device, initial=_to(initial, dtype))
+    scan(coefficients, _copy_out(out), out, initial=_to(initial, dtype))

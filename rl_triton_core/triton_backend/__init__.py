@@ -92,9 +92,11 @@ class Plan(NamedTuple):
 def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> Plan:
     """Tile orientation from the layout; split time when there are too few sequences.
 
-    The shapes come from a sweep on an H200 (benchmarks/sweep_tiles.py); issue 4 tunes them.
+    The shapes come from sweeps of GAE on an H200 (benchmarks/sweep_tiles.py, results in
+    benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
+    choice stays.
     """
-    max_chunks = 64  # the carry-in fold reads the totals of every earlier chunk
+    max_chunks = 64 if time_major else 128  # the carry-in fold reads every earlier total
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path
         block_t, block_n, unroll, warps = (1, 4, 4, 1) if time_major else (4, 2, 2, 1)
         min_chunk, target = 8, 4
@@ -102,12 +104,18 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         sms = _sm_count(device.index or 0)
         if time_major and N >= 16384:  # each thread walks its own column row by row
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms
+        elif time_major and N >= 1024 and T >= 1024:  # the same, split ~64 ways along time
+            block_t, block_n, unroll, warps, target = 1, 128, 8, 4, 4 * sms
+        elif time_major and N <= 16:  # few sequences: tall, narrow tiles
+            block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
+        elif time_major and N < 1024:
+            block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major:
             block_t, block_n, unroll, warps, target = 64, 32, 1, 8, 8 * sms
         elif kind == kernels.VTRACE.value:  # its vs_{t+1} shuffle is cheap in short tiles
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         else:  # time is contiguous: a parallel scan along it, one sequence per program
-            block_t, warps = (256, 2) if T <= 2048 else (512, 4)
+            block_t, warps = (256, 2) if T <= 2048 else (1024, 8) if N == 1 else (512, 4)
             block_n, unroll, target = 1, 1, 8 * sms
         min_chunk = 4 * block_t * unroll
     programs = triton.cdiv(N, block_n)
@@ -196,7 +204,9 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
     b_n = _boundary_stride(boot)[1]
     (o0_t, o0_n) = _collapse(out0)
     (o1_t, o1_n) = _collapse(outs[1]) if outs[1] is not None else (0, 0)
-    time_major = abs(s_t) >= abs(s_n) if s_n else True
+    # Tiles run along the contiguous axis: time-major tiles when sequences are adjacent in
+    # memory, a scan along time when time is (batch-major layouts; a single sequence).
+    time_major = N > 1 and (abs(s_t) >= abs(s_n) if s_n else True)
     plan = _plan(kind, T, N, time_major, out0.device)
     strides = (s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n)
     # The largest element offset any load or store can form (t + 1 steps, all sequences).

@@ -1,0 +1,194 @@
+"""The CPU paths of ``backend="torch"`` against the float64 reference backend.
+
+The torch backend picks, per problem, between one chunk (the per-step tensors used as they
+are) and cache-sized time chunks with a carry, and per chunk between a dense transfer-matrix
+scan, a blocked scan and a sequential one, each first unguarded and redone guarded when the
+result has a non-finite value. Small test problems all take the one-chunk dense path, so
+each regime is forced here by shrinking the module's thresholds. Outputs are NaN-poisoned
+``out=`` tensors, so a row a path forgets to write fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rl_triton_core as rtc
+from rl_triton_core import torch_backend as tb
+
+# regime -> threshold overrides (module attributes of rl_triton_core.torch_backend)
+REGIMES = {
+    "one-chunk-dense": {},
+    "one-chunk-sequential": {"DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 10**9},
+    "one-chunk-blocked": {"DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 4},
+    "chunks-dense": {"CHUNK_ELEMENTS": 12},
+    "chunks-sequential": {
+        "CHUNK_ELEMENTS": 12,
+        "DENSE_MAX_ELEMENTS": 0,
+        "BLOCKED_MIN_STEPS": 10**9,
+    },
+    "chunks-blocked": {"CHUNK_ELEMENTS": 40, "DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 4},
+}
+SHAPES = [(1, 3), (2, 1), (7, 3), (16, 1), (33, 2)]
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(params=list(REGIMES))
+def regime(request, monkeypatch):
+    for name, value in REGIMES[request.param].items():
+        monkeypatch.setattr(tb, name, value)
+    return request.param
+
+
+def _inputs(T: int, N: int, dtype: torch.dtype, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+
+    def randn():
+        return torch.randn(T, N, generator=g, dtype=torch.float64).to(dtype)
+
+    def flags(p):
+        return torch.rand(T, N, generator=g) < p
+
+    return dict(
+        rewards=randn(),
+        values=randn(),
+        next_values=randn(),
+        terminated=flags(0.2),
+        truncated=flags(0.15),
+        bootstrap=torch.randn(N, generator=g, dtype=torch.float64).to(dtype),
+        gamma=(0.8 + 0.2 * torch.rand(T, 1, generator=g, dtype=torch.float64)).to(dtype),
+        log_probs=(-torch.rand(T, N, generator=g, dtype=torch.float64)).to(dtype),
+        other_log_probs=(-torch.rand(T, N, generator=g, dtype=torch.float64)).to(dtype),
+        a=torch.rand(T, N, generator=g, dtype=torch.float64).to(dtype),
+    )
+
+
+def _poisoned(like: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.full_like(like, float("nan")) for _ in range(n))
+
+
+def _check(fn, n_out: int, like: torch.Tensor, **kwargs):
+    """Run ``fn`` with the torch backend into NaN-poisoned outputs and compare with the
+    reference backend (float64 inside; its result cast to the outputs' dtype)."""
+    out = _poisoned(like, n_out)
+    fn(backend="torch", out=out if n_out > 1 else out[0], **kwargs)
+    want = fn(backend="reference", **kwargs)
+    want = want if isinstance(want, tuple) else (want,)
+    tol = {
+        torch.float64: 1e-9,
+        torch.float32: 2e-5,
+        torch.float16: 4e-3,
+        torch.bfloat16: 3e-2,
+    }[like.dtype]
+    for got, ref in zip(out, want, strict=True):
+        torch.testing.assert_close(got, ref.to(got.dtype), atol=tol, rtol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,N", SHAPES)
+@pytest.mark.parametrize("variant", ["bootstrap", "next_values", "truncated+tensor_gamma"])
+def test_gae_paths(regime, T, N, dtype, variant):
+    x = _inputs(T, N, dtype, seed=T * 100 + N)
+    kwargs = dict(rewards=x["rewards"], values=x["values"], terminated=x["terminated"])
+    if variant == "bootstrap":
+        kwargs.update(bootstrap_value=x["bootstrap"], gamma=0.97, lmbda=0.9)
+    elif variant == "next_values":
+        kwargs.update(next_values=x["next_values"], gamma=0.99, lmbda=0.95)
+    else:
+        kwargs.update(
+            truncated=x["truncated"],
+            next_values=x["next_values"],
+            gamma=x["gamma"],
+            lmbda=0.9,
+        )
+    _check(rtc.gae, 2, x["rewards"], **kwargs)
+
+
+@pytest.mark.parametrize("T,N", SHAPES)
+def test_gae_nan_locality(regime, T, N):
+    """NaNs in values and next_values: dropped where a cut or a terminated gate multiplies
+    them by an exact zero, propagated elsewhere (the guarded re-run)."""
+    x = _inputs(T, N, torch.float32, seed=7 + T)
+    g = torch.Generator().manual_seed(T * N)
+    nan_at = torch.rand(T, N, generator=g) < 0.1
+    next_values = x["next_values"].masked_fill(nan_at, float("nan"))
+    terminated = x["terminated"] | nan_at  # most NaNs sit behind a terminated gate
+    terminated[0] = False  # ... but not all
+    kwargs = dict(
+        rewards=x["rewards"],
+        values=x["values"],
+        terminated=terminated,
+        truncated=x["truncated"],
+        next_values=next_values,
+        gamma=0.99,
+        lmbda=0.95,
+    )
+    _check(rtc.gae, 2, x["rewards"], **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("T,N", SHAPES)
+def test_other_estimators_paths(regime, T, N, dtype):
+    """The estimators sharing the engine and its row helpers, in the same regimes."""
+    x = _inputs(T, N, dtype, seed=T + 31 * N)
+    r, v, term, trunc, nv = (
+        x["rewards"],
+        x["values"],
+        x["terminated"],
+        x["truncated"],
+        x["next_values"],
+    )
+    for reverse in (False, True):
+        _check(rtc.linear_scan, 1, r, a=x["a"], b=r, initial=x["bootstrap"], reverse=reverse)
+    _check(
+        rtc.lambda_returns,
+        1,
+        r,
+        rewards=r,
+        values=v,
+        terminated=term,
+        bootstrap_value=x["bootstrap"],
+    )
+    _check(
+        rtc.lambda_returns,
+        1,
+        r,
+        rewards=r,
+        values=v,
+        terminated=term,
+        truncated=trunc,
+        next_values=nv,
+        gamma=x["gamma"],
+    )
+    _check(rtc.discounted_returns, 1, r, rewards=r, terminated=term, bootstrap_value=x["bootstrap"])
+    _check(
+        rtc.discounted_returns, 1, r, rewards=r, terminated=term, truncated=trunc, next_values=nv
+    )
+    _check(
+        rtc.vtrace,
+        2,
+        r,
+        rewards=r,
+        values=v,
+        target_log_probs=x["log_probs"],
+        behavior_log_probs=x["other_log_probs"],
+        terminated=term,
+        truncated=trunc,
+        next_values=nv,
+    )
+    for trace in ("retrace", "tree_backup", "q_lambda", "importance_sampling"):
+        _check(
+            rtc.retrace,
+            1,
+            r,
+            rewards=r,
+            q_values=v,
+            next_expected_q=nv,
+            target_log_probs=x["log_probs"],
+            behavior_log_probs=x["other_log_probs"],
+            terminated=term,
+            truncated=trunc,
+            trace=trace,
+        )
+    _check(rtc.eligibility_traces, 1, r, x=r, done=term, initial=x["bootstrap"])
+    _check(rtc.episodic_cumsum, 1, r, x=r, done=term)
