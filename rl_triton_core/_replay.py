@@ -25,6 +25,7 @@ the table; on the CPU it costs one device check.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -60,28 +61,34 @@ class _Plan(NamedTuple):
 # A source is an index into the call's tensors (>= 0) or ~j for the j-th new output.
 
 
+_SCALARS = (float, int, bool, str, type(None))  # compared by type and value in the key
+
+
 def _metadata(args: tuple, kwargs: dict, tensors: list[Tensor]) -> tuple:
-    """The part of a call that validation and launch planning depend on: tensors by shape,
-    strides, dtype and device (collected into ``tensors``, in order), everything else by
-    value; ``out=`` sequences element by element. Raises TypeError for tensor subclasses
-    (parameters, wrappers: never replayed)."""
-    key = []
+    """The part of a call that validation and launch planning depend on: the number of
+    positional arguments; tensors by shape, strides, dtype and device (collected into
+    ``tensors``, in order); Python scalars by type and value (a zero float with its sign, the
+    value the kernel receives); ``out=`` sequences (any tuple or list) element by element; the
+    keywords' names. Raises TypeError for anything else (tensor subclasses, numpy scalars,
+    other number types): such calls are never replayed."""
+    key = [len(args)]
     for x in (*args, *kwargs.values()):
-        if x.__class__ is Tensor:
+        cls = x.__class__
+        if cls is Tensor:
             tensors.append(x)
             key.append((x.shape, x.stride(), x.dtype, x.device))
-        elif x.__class__ is tuple or x.__class__ is list:
-            key.append((x.__class__, len(x)))
+        elif cls in _SCALARS:
+            key.append((cls, x, math.copysign(1.0, x)) if cls is float and x == 0 else (cls, x))
+        elif isinstance(x, (tuple, list)):
+            key.append((list, len(x)))
             for o in x:
                 if o.__class__ is not Tensor:
                     raise TypeError
                 tensors.append(o)
                 key.append((o.shape, o.stride(), o.dtype, o.device))
-        elif isinstance(x, Tensor):
-            raise TypeError
         else:
-            key.append(x)
-    key.extend(kwargs)  # the keywords' names
+            raise TypeError
+    key.extend(kwargs)
     return tuple(key)
 
 
@@ -163,12 +170,13 @@ def replayable(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return fn(*args, **kwargs)  # the differentiable path (see estimators._graph_path)
+        outer = recording()
+        if outer is not None:  # called inside another call's recording (a user callback)
+            outer.append(None)  # the outer call's launches would involve this one's
+            return fn(*args, **kwargs)
         if plan.__class__ is _Plan:
             return _replay(plan, tensors)
-        outer = recording()
-        if plan is None or outer is not None:  # not replayable, or called inside a recording
-            if outer is not None:
-                outer.append(None)  # (the outer call's launches would involve this one's)
+        if plan is None:  # recorded as not replayable
             return fn(*args, **kwargs)
         _state.launches = launches = []
         try:

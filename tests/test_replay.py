@@ -10,6 +10,8 @@ read as a float, gradients, tensor subclasses.
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 from _support import FLAG_ARGS, NOTIME_ARGS, PARAM_ARGS, POSITIONAL, STEP_ARGS, as_tuple
@@ -198,3 +200,53 @@ def test_cpu_calls_without_the_interpreter_never_record(monkeypatch):
     before = dict(_replay._PLANS)
     rtc.gae(torch.randn(5, 2), torch.randn(5, 2), None, bootstrap_value=torch.zeros(2))
     assert _replay._PLANS == before
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_as_a_namedtuple_is_written_every_call(device, launcher_calls):
+    """A reused ``out=`` buffer that is a tuple subclass: every call writes into it."""
+    Out = collections.namedtuple("Out", "advantages returns")
+    buf = Out(*(torch.empty(7, 3, device=device) for _ in range(2)))
+    for seed in (10, 11, 12):
+        d = _inputs("gae", (7, 3), 0, device, torch.float32, seed, truncation=False,
+                    tensor_gamma=False)  # fmt: skip
+        buf.advantages.fill_(float("nan"))
+        got = _call("gae", d, backend="triton", out=buf)
+        assert got[0] is buf.advantages and got[1] is buf.returns
+        for g, w in zip(buf, _reference("gae", d, 0), strict=True):
+            assert_close(g, w, torch.float32, name=f"namedtuple out, seed {seed}")
+    assert len(launcher_calls) == 1, "not replayed"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_arguments_the_ordinary_path_rejects_are_never_replayed(device):
+    """Keys compare scalars by type and value and count positional arguments, so a call that
+    equals a recorded one only under ``==`` (True for 1, a complex gamma, an extra positional
+    argument) still raises."""
+    x = torch.randn(5, 3, device=device)
+    done = torch.zeros(5, 3, dtype=torch.bool, device=device)
+    for _ in range(2):
+        rtc.episodic_cumsum(x, done, time_dim=1, backend="triton")
+        rtc.discounted_returns(x, done, bootstrap_value=x[0], gamma=0.5, backend="triton")
+    with pytest.raises(TypeError, match="time_dim"):
+        rtc.episodic_cumsum(x, done, time_dim=True, backend="triton")
+    with pytest.raises(TypeError, match="gamma"):
+        rtc.discounted_returns(x, done, bootstrap_value=x[0], gamma=0.5 + 0j, backend="triton")
+    with pytest.raises(TypeError):
+        rtc.episodic_cumsum(x, done, 1, time_dim=1, backend="triton")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_negative_zero_coefficient_is_its_own_key(device, monkeypatch):
+    """-0.0 and 0.0 are equal as numbers but reach the kernel with different sign bits: a
+    call with -0.0 after recordings with 0.0 gives what the ordinary path gives."""
+    r = torch.full((3, 1), -0.0, device=device)
+    boot = torch.ones(1, device=device)
+
+    def call(gamma):
+        return rtc.discounted_returns(r, None, bootstrap_value=boot, gamma=gamma, backend="triton")
+
+    got = [call(g) for g in (0.0, 0.0, -0.0)][-1]
+    monkeypatch.setattr(_replay, "ENABLED", False)
+    want = call(-0.0)
+    assert torch.equal(got.signbit(), want.signbit())
