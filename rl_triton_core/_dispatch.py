@@ -23,9 +23,15 @@ _MODULES = {
 }
 
 
+# Triton reads TRITON_INTERPRET when a kernel is decorated (our kernels: at import), so it is
+# read once here too.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def triton_interpreted() -> bool:
-    """True when Triton kernels run on the CPU through the interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when Triton kernels run on the CPU through the interpreter (TRITON_INTERPRET=1 set
+    before the import)."""
+    return _INTERPRETED
 
 
 @functools.cache

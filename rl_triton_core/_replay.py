@@ -121,9 +121,8 @@ def _plan(launches: list, tensors: list[Tensor], result) -> _Plan | None:
                     used.add(src)
                 elif any(a.stride()):  # the launcher's only own tensors: cached float64 scalars
                     return None
-        template = tuple(
-            None if any(pos == p for p, _ in fills) else a for pos, a in enumerate(args)
-        )
+        filled = {pos for pos, _ in fills}
+        template = tuple(None if pos in filled else a for pos, a in enumerate(args))
         plans.append((launch, template, tuple(fills)))
     if not used.issuperset(range(len(tensors))):
         return None  # a tensor the kernels do not read (e.g. a CPU scalar read as a float)

@@ -418,7 +418,7 @@ def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, ga
         nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
         scratch = _rows(adv_out, rows) if in_place else None
         delta = _td_error(rewards, values, nv, live, gamma, rows, dtype, guard, scratch)
-        c = _both(live, _keep_mask(truncated, rows, dtype))  # (a_{T-1} is never read)
+        c = _continues(live, truncated, rows, adv_out, edge=False)
         return _keep(c, _product(gamma, lmbda, rows, dtype, device), guard), delta
 
     def finish(rows, advantages, carry):

@@ -145,7 +145,7 @@ class _Launch(NamedTuple):
 # H200 (Triton 3.6), graph capture included; RL_TRITON_DIRECT_LAUNCH=0 sends every launch
 # through Triton's own JIT dispatch.
 DIRECT_LAUNCH = os.environ.get("RL_TRITON_DIRECT_LAUNCH", "1") != "0"
-_INTERPRETED = triton_interpreted()  # (read by triton at import: it cannot change afterwards)
+_INTERPRETED = triton_interpreted()
 _RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)
 
 
