@@ -96,13 +96,16 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
     choice stays.
     """
-    max_chunks = 64 if time_major else 128  # the carry-in fold reads every earlier total
+    max_chunks = 1024  # the carry-in fold loads FOLD chunk totals per memory round trip
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path
         block_t, block_n, unroll, warps = (1, 4, 4, 1) if time_major else (4, 2, 2, 1)
         min_chunk, target = 8, 4
     else:
         sms = _sm_count(device.index or 0)
-        if time_major and N >= 16384:  # each thread walks its own column row by row
+        wide = time_major and N >= 16384 and kind != kernels.VTRACE.value
+        if wide and (N >= 65536 or T <= 256):  # a warp per 32 columns, 4-step tiles, no split
+            block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms
+        elif time_major and N >= 16384:  # each thread walks its own column row by row
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms
         elif time_major and N >= 1024 and T >= 1024:  # the same, split ~64 ways along time
             block_t, block_n, unroll, warps, target = 1, 128, 8, 4, 4 * sms
@@ -115,9 +118,10 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         elif kind == kernels.VTRACE.value:  # its vs_{t+1} shuffle is cheap in short tiles
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         else:  # time is contiguous: a parallel scan along it, one sequence per program
-            block_t, warps = (256, 2) if T <= 2048 else (1024, 8) if N == 1 else (512, 4)
+            block_t, warps = (128, 2) if T <= 2048 else (512, 4)
             block_n, unroll, target = 1, 1, 8 * sms
-        min_chunk = 4 * block_t * unroll
+        # chunks of at least 4 tiles (2 along a contiguous time axis)
+        min_chunk = (4 if time_major else 2) * block_t * unroll
     programs = triton.cdiv(N, block_n)
     step = block_t * unroll
     n_chunks = 1
@@ -230,6 +234,10 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
         UNROLL=plan.unroll,
+        # chunk composites folded per load when the time axis is split: 8 per thread (more
+        # registers would cost the tile loop occupancy); 2 under the interpreter so that CPU
+        # tests fold several groups
+        FOLD=2 if _INTERPRETED else min(1024, max(2, 256 * plan.num_warps // plan.block_n)),
         num_warps=plan.num_warps,
     )
     grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)

@@ -435,6 +435,7 @@ def scan_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     UNROLL: tl.constexpr,
+    FOLD: tl.constexpr,
 ):
     """Grid ``(cdiv(N, BLOCK_N), n_chunks)``. Each loop iteration handles UNROLL consecutive
     tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread sequential
@@ -454,16 +455,22 @@ def scan_kernel(
     if HAS_BOOT and (KIND == SCAN or KIND == TRACES):
         carry = tl.load(boot + n64 * b_n, mask=n_ok, other=0).to(ACC)
     if READ_TOTALS:
-        if REVERSE:
-            for j in range(n_chunks - 1, chunk, -1):
-                a_j = tl.load(totals + j * N + n64, mask=n_ok, other=1)
-                b_j = tl.load(totals + (n_chunks + j) * N + n64, mask=n_ok, other=0)
-                carry = _apply(a_j, b_j, carry)
-        else:
-            for j in range(0, chunk):
-                a_j = tl.load(totals + j * N + n64, mask=n_ok, other=1)
-                b_j = tl.load(totals + (n_chunks + j) * N + n64, mask=n_ok, other=0)
-                carry = _apply(a_j, b_j, carry)
+        # Fold the composites of the n_before chunks that precede this one in scan order,
+        # FOLD at a time: one tile load and one in-register scan per group (a chunk-by-chunk
+        # loop would pay a dependent memory round trip per chunk). Chunk j of the group is
+        # the j-th nearest-to-first in scan order; padding is the identity map.
+        n_before = n_chunks - 1 - chunk if REVERSE else chunk
+        fold = tl.arange(0, FOLD)
+        for g in range(0, tl.cdiv(n_before, FOLD)):
+            j = g * FOLD + fold
+            ok = (j < n_before)[:, None] & n_ok[None, :]
+            if REVERSE:
+                j = n_chunks - 1 - j
+            at = totals + j.to(tl.int64)[:, None] * N + n64[None, :]
+            a_j = tl.load(at, mask=ok, other=1)
+            b_j = tl.load(at + n_chunks * N, mask=ok, other=0)
+            A, B = tl.associative_scan((a_j, b_j), 0, _combine)
+            carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
 
     STEP: tl.constexpr = BLOCK_T * UNROLL
     start = chunk * CHUNK
