@@ -457,8 +457,8 @@ def scan_kernel(
     if READ_TOTALS:
         # Fold the composites of the n_before chunks that precede this one in scan order,
         # FOLD at a time: one tile load and one in-register scan per group (a chunk-by-chunk
-        # loop would pay a dependent memory round trip per chunk). Chunk j of the group is
-        # the j-th nearest-to-first in scan order; padding is the identity map.
+        # loop would pay a dependent memory round trip per chunk). Row k of group g is the
+        # (g * FOLD + k)-th of those chunks in scan order; padding rows are the identity map.
         n_before = n_chunks - 1 - chunk if REVERSE else chunk
         fold = tl.arange(0, FOLD)
         for g in range(0, tl.cdiv(n_before, FOLD)):
