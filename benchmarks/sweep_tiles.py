@@ -8,7 +8,7 @@ and layout.
     python benchmarks/sweep_tiles.py [--shapes 128x4096 131072x16] [--layouts tm bm]
         [--candidates 32x128x1x4x1 ...] [--check-all]
 
-``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split [x prefetch 0/1]);
+``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split);
 ``--check-all`` also runs every estimator at each candidate against the float64 torch backend
 (a tile shape must compile and be right for all of them, not only GAE).
 """
@@ -74,7 +74,7 @@ def main():
     ap.add_argument("--shapes", nargs="*", default=SHAPES, help="TxN")
     ap.add_argument("--layouts", nargs="*", default=["tm", "bm"], choices=["tm", "bm"])
     ap.add_argument("--budget-s", type=float, default=120, help="per shape and layout")
-    ap.add_argument("--candidates", nargs="*", help="BTxBNxUNROLLxWARPSxSPLIT[xPREFETCH] each")
+    ap.add_argument("--candidates", nargs="*", help="BTxBNxUNROLLxWARPSxSPLIT each")
     ap.add_argument("--check-all", action="store_true", help="every estimator per candidate")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -112,14 +112,13 @@ def main():
             if cand is None:
                 triton_backend._plan = real_plan
             else:
-                bt, bn, unroll, warps, split, prefetch = (*cand, 0)[:6]
+                bt, bn, unroll, warps, split = cand
 
                 def plan(kind, T_, N_, tm, device, bt=bt, bn=bn, unroll=unroll, warps=warps,
-                         split=split, prefetch=bool(prefetch)):  # fmt: skip
+                         split=split):  # fmt: skip
                     step = bt * unroll
                     chunk = triton.cdiv(triton.cdiv(T_, split), step) * step
-                    n_chunks = triton.cdiv(T_, chunk)
-                    return triton_backend.Plan(bt, bn, unroll, chunk, n_chunks, warps, prefetch)
+                    return triton_backend.Plan(bt, bn, unroll, chunk, triton.cdiv(T_, chunk), warps)
 
                 triton_backend._plan = plan
             triton_backend._LAUNCHES.clear()

@@ -87,12 +87,6 @@ class Plan(NamedTuple):
     chunk: int  # steps per program along time (T when not split)
     n_chunks: int  # programs along time
     num_warps: int
-    prefetch: bool = False  # load tile k + 1 before tile k is scanned and stored
-
-
-# Developer knob for measuring the prefetching tile loop on every plan (the GPU test suite can
-# run with it): RL_TRITON_PREFETCH=1 forces it on, =0 off; unset, the plan decides.
-_PREFETCH = {"1": True, "0": False}.get(os.environ.get("RL_TRITON_PREFETCH", ""))
 
 
 def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> Plan:
@@ -240,7 +234,6 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
         UNROLL=plan.unroll,
-        PREFETCH=plan.prefetch if _PREFETCH is None else _PREFETCH,
         # chunk composites folded per load when the time axis is split: 8 per thread (more
         # registers would cost the tile loop occupancy); 2 under the interpreter so that CPU
         # tests fold several groups

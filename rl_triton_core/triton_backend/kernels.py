@@ -225,30 +225,7 @@ def _row(x, rows, k):
 
 
 @triton.jit
-def _tile_start(start, j, count, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
-    """First step of the j-th of a chunk's ``count`` tiles in scan order."""
-    if REVERSE:
-        return start + (count - 1 - j) * BLOCK_T
-    else:
-        return start + j * BLOCK_T
-
-
-@triton.jit
-def _offsets(t0, rows, n, n_ok, start, stop, s_t, s_n, f_t, f_n, k_t, k_n, IDX64: tl.constexpr):
-    """Steps, mask and element offsets of the tile of steps ``t0 + rows`` (of this chunk)."""
-    t = t0 + rows[:, None]
-    mask = (t >= start) & (t < stop) & n_ok[None, :]
-    if IDX64:  # offsets past 2**31 elements
-        ti = t.to(tl.int64)
-        ni = n.to(tl.int64)[None, :]
-    else:
-        ti = t
-        ni = n[None, :]
-    return t, mask, ti, ni, ti * s_t + ni * s_n, ti * f_t + ni * f_n, ti * k_t + ni * k_n
-
-
-@triton.jit
-def _tile_coefficients(
+def _tile(
     x0,
     x1,
     x2,
@@ -260,12 +237,17 @@ def _tile_coefficients(
     lmbda,
     k0,
     k1,
+    k2,
     boot,
+    out0,
+    out1,
     t0,
     rows,
     n,
     n_ok,
-    start,
+    carry,
+    total_a,
+    total_b,
     stop,
     T,
     s_t,
@@ -275,8 +257,13 @@ def _tile_coefficients(
     k_t,
     k_n,
     b_n,
+    o0_t,
+    o0_n,
+    o1_t,
+    o1_n,
     KIND: tl.constexpr,
     TRACE: tl.constexpr,
+    REVERSE: tl.constexpr,
     ACC: tl.constexpr,
     HAS_TERM: tl.constexpr,
     HAS_TRUNC: tl.constexpr,
@@ -287,13 +274,25 @@ def _tile_coefficients(
     L_T: tl.constexpr,
     K0_T: tl.constexpr,
     K1_T: tl.constexpr,
+    K2_T: tl.constexpr,
+    WRITE_TOTALS: tl.constexpr,
     IDX64: tl.constexpr,
+    BLOCK_T: tl.constexpr,
 ):
-    """The loads of one tile and its ``(a, b, c, is_term)`` (see :func:`_coefficients`),
-    padding rows and columns set to the identity map."""
-    t, mask, _ti, ni, off, foff, koff = _offsets(
-        t0, rows, n, n_ok, start, stop, s_t, s_n, f_t, f_n, k_t, k_n, IDX64
-    )
+    """One tile of BLOCK_T steps x BLOCK_N sequences: build (a, b), scan, apply the carry,
+    write the outputs (or fold the tile into the chunk's composite). Returns the new state."""
+    t = t0 + rows[:, None]
+    mask = (t < stop) & n_ok[None, :]
+    if IDX64:  # offsets past 2**31 elements
+        ti = t.to(tl.int64)
+        ni = n.to(tl.int64)[None, :]
+    else:
+        ti = t
+        ni = n[None, :]
+    off = ti * s_t + ni * s_n
+    foff = ti * f_t + ni * f_n
+    koff = ti * k_t + ni * k_n
+    last = 0 if REVERSE else BLOCK_T - 1  # the tile row that the scan reaches last
     a, b, c, is_term = _coefficients(
         x0,
         x1,
@@ -333,76 +332,8 @@ def _tile_coefficients(
         K0_T,
         K1_T,
     )
-    return tl.where(mask, a, 1), tl.where(mask, b, 0), c, is_term
-
-
-@triton.jit
-def _tile(
-    x0,
-    x1,
-    x2,
-    x3,
-    x4,
-    term,
-    trunc,
-    gamma,
-    lmbda,
-    k0,
-    k1,
-    k2,
-    boot,
-    out0,
-    out1,
-    a,
-    b,
-    c,
-    is_term,
-    t0,
-    rows,
-    n,
-    n_ok,
-    carry,
-    total_a,
-    total_b,
-    start,
-    stop,
-    T,
-    s_t,
-    s_n,
-    f_t,
-    f_n,
-    k_t,
-    k_n,
-    b_n,
-    o0_t,
-    o0_n,
-    o1_t,
-    o1_n,
-    KIND: tl.constexpr,
-    TRACE: tl.constexpr,
-    REVERSE: tl.constexpr,
-    ACC: tl.constexpr,
-    HAS_TERM: tl.constexpr,
-    HAS_TRUNC: tl.constexpr,
-    HAS_NEXT: tl.constexpr,
-    HAS_VALUES: tl.constexpr,
-    HAS_BOOT: tl.constexpr,
-    G_T: tl.constexpr,
-    L_T: tl.constexpr,
-    K0_T: tl.constexpr,
-    K1_T: tl.constexpr,
-    K2_T: tl.constexpr,
-    WRITE_TOTALS: tl.constexpr,
-    IDX64: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-):
-    """One tile of BLOCK_T steps x BLOCK_N sequences, given its coefficients
-    (:func:`_tile_coefficients`): scan, apply the carry, write the outputs (or fold the tile
-    into the chunk's composite). Returns the new state."""
-    t, mask, ti, ni, off, _foff, koff = _offsets(
-        t0, rows, n, n_ok, start, stop, s_t, s_n, f_t, f_n, k_t, k_n, IDX64
-    )
-    last = 0 if REVERSE else BLOCK_T - 1  # the tile row that the scan reaches last
+    a = tl.where(mask, a, 1)  # padding is the identity map
+    b = tl.where(mask, b, 0)
     A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
     if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
         total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
@@ -505,13 +436,11 @@ def scan_kernel(
     BLOCK_N: tl.constexpr,
     UNROLL: tl.constexpr,
     FOLD: tl.constexpr,
-    PREFETCH: tl.constexpr,
 ):
-    """Grid ``(cdiv(N, BLOCK_N), n_chunks)``. A program walks its chunk in tiles of BLOCK_T
-    steps: BLOCK_T = 1 with a large UNROLL (tiles per loop iteration) is a per-thread
-    sequential recurrence over rows (time-major layouts: each thread owns columns), a large
-    BLOCK_T a parallel scan along time (batch-major layouts: time is the contiguous axis).
-    PREFETCH loads each tile one iteration ahead (UNROLL is then ignored)."""
+    """Grid ``(cdiv(N, BLOCK_N), n_chunks)``. Each loop iteration handles UNROLL consecutive
+    tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread sequential
+    recurrence over rows (time-major layouts: each thread owns columns), a large BLOCK_T a
+    parallel scan along time (batch-major layouts: time is the contiguous axis)."""
     pid_n = tl.program_id(0)
     chunk = tl.program_id(1)
     n_chunks = tl.num_programs(1)
@@ -543,101 +472,18 @@ def scan_kernel(
             A, B = tl.associative_scan((a_j, b_j), 0, _combine)
             carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
 
+    STEP: tl.constexpr = BLOCK_T * UNROLL
     start = chunk * CHUNK
     stop = tl.minimum(start + CHUNK, T)
+    n_iters = tl.cdiv(stop - start, STEP)
     total_a = tl.full([BLOCK_N], 1, dtype=ACC)
     total_b = tl.zeros([BLOCK_N], dtype=ACC)
-    n_tiles = tl.cdiv(stop - start, BLOCK_T)
-    if PREFETCH:
-        # Tile i + 1's loads are issued before tile i is scanned and stored: the compiler
-        # does not move loads above stores (an output may alias an input), so only the source
-        # order overlaps a tile's memory round trip with the previous tile's work.
-        t0 = _tile_start(start, 0, n_tiles, REVERSE, BLOCK_T)
-        a, b, c, is_term = _tile_coefficients(
-            x0,
-            x1,
-            x2,
-            x3,
-            x4,
-            term,
-            trunc,
-            gamma,
-            lmbda,
-            k0,
-            k1,
-            boot,
-            t0,
-            rows,
-            n,
-            n_ok,
-            start,
-            stop,
-            T,
-            s_t,
-            s_n,
-            f_t,
-            f_n,
-            k_t,
-            k_n,
-            b_n,
-            KIND,
-            TRACE,
-            ACC,
-            HAS_TERM,
-            HAS_TRUNC,
-            HAS_NEXT,
-            HAS_VALUES,
-            HAS_BOOT,
-            G_T,
-            L_T,
-            K0_T,
-            K1_T,
-            IDX64,
-        )
-        for i in range(0, n_tiles):
-            t0 = _tile_start(start, i, n_tiles, REVERSE, BLOCK_T)
-            t1 = _tile_start(start, tl.minimum(i + 1, n_tiles - 1), n_tiles, REVERSE, BLOCK_T)
-            a1, b1, c1, is_term1 = _tile_coefficients(
-                x0,
-                x1,
-                x2,
-                x3,
-                x4,
-                term,
-                trunc,
-                gamma,
-                lmbda,
-                k0,
-                k1,
-                boot,
-                t1,
-                rows,
-                n,
-                n_ok,
-                start,
-                stop,
-                T,
-                s_t,
-                s_n,
-                f_t,
-                f_n,
-                k_t,
-                k_n,
-                b_n,
-                KIND,
-                TRACE,
-                ACC,
-                HAS_TERM,
-                HAS_TRUNC,
-                HAS_NEXT,
-                HAS_VALUES,
-                HAS_BOOT,
-                G_T,
-                L_T,
-                K0_T,
-                K1_T,
-                IDX64,
-            )
+    for i in range(0, n_iters):
+        for k in tl.static_range(UNROLL):
+            if REVERSE:
+                t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
+            else:
+                t0 = start + i * STEP + k * BLOCK_T
             carry, total_a, total_b = _tile(
                 x0,
                 x1,
@@ -654,10 +500,6 @@ def scan_kernel(
                 boot,
                 out0,
                 out1,
-                a,
-                b,
-                c,
-                is_term,
                 t0,
                 rows,
                 n,
@@ -665,7 +507,6 @@ def scan_kernel(
                 carry,
                 total_a,
                 total_b,
-                start,
                 stop,
                 T,
                 s_t,
@@ -697,112 +538,6 @@ def scan_kernel(
                 IDX64,
                 BLOCK_T,
             )
-            a, b, c, is_term = a1, b1, c1, is_term1
-    else:  # UNROLL tiles a loop iteration (the chunk is a multiple of BLOCK_T * UNROLL steps)
-        n_padded = tl.cdiv(n_tiles, UNROLL) * UNROLL
-        for i in range(0, n_padded // UNROLL):
-            for k in tl.static_range(UNROLL):
-                t0 = _tile_start(start, i * UNROLL + k, n_padded, REVERSE, BLOCK_T)
-                a, b, c, is_term = _tile_coefficients(
-                    x0,
-                    x1,
-                    x2,
-                    x3,
-                    x4,
-                    term,
-                    trunc,
-                    gamma,
-                    lmbda,
-                    k0,
-                    k1,
-                    boot,
-                    t0,
-                    rows,
-                    n,
-                    n_ok,
-                    start,
-                    stop,
-                    T,
-                    s_t,
-                    s_n,
-                    f_t,
-                    f_n,
-                    k_t,
-                    k_n,
-                    b_n,
-                    KIND,
-                    TRACE,
-                    ACC,
-                    HAS_TERM,
-                    HAS_TRUNC,
-                    HAS_NEXT,
-                    HAS_VALUES,
-                    HAS_BOOT,
-                    G_T,
-                    L_T,
-                    K0_T,
-                    K1_T,
-                    IDX64,
-                )
-                carry, total_a, total_b = _tile(
-                    x0,
-                    x1,
-                    x2,
-                    x3,
-                    x4,
-                    term,
-                    trunc,
-                    gamma,
-                    lmbda,
-                    k0,
-                    k1,
-                    k2,
-                    boot,
-                    out0,
-                    out1,
-                    a,
-                    b,
-                    c,
-                    is_term,
-                    t0,
-                    rows,
-                    n,
-                    n_ok,
-                    carry,
-                    total_a,
-                    total_b,
-                    start,
-                    stop,
-                    T,
-                    s_t,
-                    s_n,
-                    f_t,
-                    f_n,
-                    k_t,
-                    k_n,
-                    b_n,
-                    o0_t,
-                    o0_n,
-                    o1_t,
-                    o1_n,
-                    KIND,
-                    TRACE,
-                    REVERSE,
-                    ACC,
-                    HAS_TERM,
-                    HAS_TRUNC,
-                    HAS_NEXT,
-                    HAS_VALUES,
-                    HAS_BOOT,
-                    G_T,
-                    L_T,
-                    K0_T,
-                    K1_T,
-                    K2_T,
-                    WRITE_TOTALS,
-                    IDX64,
-                    BLOCK_T,
-                )
     if WRITE_TOTALS:
         tl.store(totals + chunk * N + n64, total_a, mask=n_ok)
         tl.store(totals + (n_chunks + chunk) * N + n64, total_b, mask=n_ok)
