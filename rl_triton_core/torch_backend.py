@@ -18,7 +18,7 @@ and DRAM streams about 8 GB/s):
   the next. A chunk's coefficients, scan and outputs are computed while its temporaries are
   still in L2, so each input is read from DRAM about once and each output written once;
   whole-array temporaries at [2048, 4096] would be streamed through DRAM by every op.
-* **Three ways to scan a chunk** of ``n`` steps of ``m`` sequences, with the same result:
+* **Four ways to scan a chunk** of ``n`` steps of ``m`` sequences, with the same result:
 
   - *dense* (``n * n * m`` small, CPU): one transfer-matrix product
     ``x_t = b_t + Σ_{s>t} (Π_{k=t}^{s-1} a_k) b_s`` whose matrix comes from a single
@@ -28,7 +28,11 @@ and DRAM streams about 8 GB/s):
     ``(Π a, local result)`` are scanned recursively (by this same dispatch), and a second
     sweep applies the carries: about ``2K + n / K`` ops instead of ``n``;
   - *sequential* (wide chunks): one fused ``addcmul`` per step over a row of the batch, which
-    moves the fewest bytes.
+    moves the fewest bytes;
+  - *numpy* (short chunks of 64 or more sequences, CPU, when numpy is installed): the same
+    loop through numpy views of the tensors, where a step's two numpy ops cost less than
+    one torch op (e.g. [16, 64]: 10 µs less than the dense scan, [16, 256]: 18 µs less than
+    the sequential one).
 
 * **Guards.** A zero coefficient is a hard cut (``x_t = b_t`` even where the carry is NaN or
   infinite), and a term the formulas switch off (e.g. the next value at a terminated step)
@@ -50,11 +54,18 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+try:  # optional: the small-problem scan below uses it when it is there
+    import numpy
+except ImportError:  # pragma: no cover (the test stack installs numpy)
+    numpy = None
+
 # Tuned on a 2-core CPU (512 KB of L2 a core) against Stable-Baselines3's loop.
 CHUNK_ELEMENTS = 1 << 18  # CPU: a time chunk of about this many elements (1 MB in fp32, in L3)
 DENSE_MAX_ELEMENTS = 1 << 14  # CPU: transfer matrix when n * n * m is at most this
 BLOCKED_MIN_STEPS = 24  # blocked scan for chunks of at least this many steps ...
 BLOCKED_MAX_WIDTH = 256  # ... of at most this many sequences (CPU; any width elsewhere)
+NUMPY_MIN_WIDTH = 64  # CPU: short chunks of at least this many sequences ...
+NUMPY_MAX_ELEMENTS = 1 << 14  # ... and at most this many elements scan through numpy
 SMALL_ELEMENTS = 4096  # below this a torch op costs its fixed µs whatever it does
 
 Coefficients = Callable[[slice, bool], tuple[Tensor, Tensor]]
@@ -83,6 +94,20 @@ def _scan_sequential(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, 
         if carry is not None:
             _apply(a_rows[t], carry, b_rows[t], guard, out=b_rows[t])
         carry = b_rows[t]
+    return b
+
+
+def _scan_numpy(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool):
+    """Unguarded sequential scan through numpy views of the CPU tensors (no copies), in place
+    in ``b``: two numpy ops a step cost less than one torch op on a small row."""
+    a_rows, b_rows = a.numpy(), b.numpy()
+    prev = None if carry is None else carry.numpy()
+    tmp = numpy.empty_like(b_rows[0])
+    for t in range(len(b_rows) - 1, -1, -1) if reverse else range(len(b_rows)):
+        if prev is not None:
+            numpy.multiply(a_rows[t], prev, out=tmp)
+            numpy.add(b_rows[t], tmp, out=b_rows[t])
+        prev = b_rows[t]
     return b
 
 
@@ -157,6 +182,15 @@ def _scan_chunk(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, guard
     width = b.numel() // n if n else 0
     if a.shape != shape:
         a = a.expand(shape)
+    if (
+        cpu
+        and not guard
+        and numpy is not None
+        and n < BLOCKED_MIN_STEPS
+        and NUMPY_MIN_WIDTH <= width
+        and n * width <= NUMPY_MAX_ELEMENTS
+    ):
+        return _scan_numpy(a, b, carry, reverse)
     if cpu and not guard and n > 1 and n * n * width <= DENSE_MAX_ELEMENTS:
         return _scan_dense(a, b, carry, reverse, n, width)
     if n >= BLOCKED_MIN_STEPS and (width <= BLOCKED_MAX_WIDTH or not cpu):

@@ -2,7 +2,7 @@
 
 The torch backend picks, per problem, between one chunk (the per-step tensors used as they
 are) and cache-sized time chunks with a carry, and per chunk between a dense transfer-matrix
-scan, a blocked scan and a sequential one, each first unguarded and redone guarded when the
+scan, a blocked scan, a sequential one and its numpy twin, each first unguarded and redone guarded when the
 result has a non-finite value. Small test problems all take the one-chunk dense path, so
 each regime is forced here by shrinking the module's thresholds. Outputs are NaN-poisoned
 ``out=`` tensors, so a row a path forgets to write fails.
@@ -17,10 +17,12 @@ import rl_triton_core as rtc
 from rl_triton_core import torch_backend as tb
 
 # regime -> threshold overrides (module attributes of rl_triton_core.torch_backend)
+NUMPY = {"DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 10**9, "NUMPY_MIN_WIDTH": 1}
 REGIMES = {
     "one-chunk-dense": {},
     "one-chunk-sequential": {"DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 10**9},
     "one-chunk-blocked": {"DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 4},
+    "one-chunk-numpy": NUMPY,
     "chunks-dense": {"CHUNK_ELEMENTS": 12},
     "chunks-sequential": {
         "CHUNK_ELEMENTS": 12,
@@ -28,6 +30,7 @@ REGIMES = {
         "BLOCKED_MIN_STEPS": 10**9,
     },
     "chunks-blocked": {"CHUNK_ELEMENTS": 40, "DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 4},
+    "chunks-numpy": {"CHUNK_ELEMENTS": 12, **NUMPY},
 }
 SHAPES = [(1, 3), (2, 1), (7, 3), (16, 1), (33, 2)]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -35,6 +38,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 @pytest.fixture(params=list(REGIMES))
 def regime(request, monkeypatch):
+    monkeypatch.setattr(tb, "NUMPY_MAX_ELEMENTS", 0 if "numpy" not in request.param else 10**9)
     for name, value in REGIMES[request.param].items():
         monkeypatch.setattr(tb, name, value)
     return request.param
