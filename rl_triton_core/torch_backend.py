@@ -100,14 +100,17 @@ def _scan_sequential(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool, 
 def _scan_numpy(a: Tensor, b: Tensor, carry: Tensor | None, reverse: bool):
     """Unguarded sequential scan through numpy views of the CPU tensors (no copies), in place
     in ``b``: two numpy ops a step cost less than one torch op on a small row."""
-    a_rows, b_rows = a.numpy(), b.numpy()
+    a_rows, b_rows = list(a.numpy()), list(b.numpy())  # row views, made once
+    if reverse:
+        a_rows.reverse()
+        b_rows.reverse()
     prev = None if carry is None else carry.numpy()
     tmp = numpy.empty_like(b_rows[0])
-    for t in range(len(b_rows) - 1, -1, -1) if reverse else range(len(b_rows)):
+    for a_t, b_t in zip(a_rows, b_rows, strict=True):
         if prev is not None:
-            numpy.multiply(a_rows[t], prev, out=tmp)
-            numpy.add(b_rows[t], tmp, out=b_rows[t])
-        prev = b_rows[t]
+            numpy.multiply(a_t, prev, out=tmp)
+            numpy.add(b_t, tmp, out=b_t)
+        prev = b_t
     return b
 
 
