@@ -224,9 +224,10 @@ def scan(
     fresh ``(a, b)``: ``b`` a ``[n, *batch]`` tensor of the compute dtype that the engine
     overwrites with the result (it may be a view of an output), ``a`` broadcastable to it
     (e.g. a 0-dim tensor). With ``guard`` every term the formulas switch off must be an exact
-    0 (:func:`_keep`); it is called that way when the unguarded result has a non-finite value. Then ``finish(rows, x, carry)`` gets the
-    chunk's result ``x`` (read only: it carries on) and the state it was entered with (None
-    for the first chunk when there is no ``initial``). ``initial``: ``[*batch]``.
+    0 (:func:`_keep`); it is called that way when the unguarded result has a non-finite value.
+    Then ``finish(rows, x, carry)`` gets the chunk's result ``x`` (read only: it carries on)
+    and the state it was entered with (None for the first chunk when there is no
+    ``initial``). ``initial``: ``[*batch]``.
     """
     # Tensor attribute reads and ops cost µs each on the CPU, the Python around them far less:
     # the one-chunk path reads the shape and device once and indexes nothing.
@@ -342,8 +343,11 @@ def _continues(live, truncated, rows: slice, like: Tensor, *, edge: bool) -> Ten
     """
     dtype = compute_dtype(like.dtype)
     c = _both(live, _keep_mask(truncated, rows, dtype))
-    lo, hi = _bounds(rows, T := like.shape[0]) if edge else (0, 0)
-    if edge and hi == T:
+    if not edge:
+        return c
+    T = like.shape[0]
+    lo, hi = _bounds(rows, T)
+    if hi == T:
         if c is None:  # [n, 1, ...]: broadcasts
             shape = (hi - lo,) + (1,) * (like.dim() - 1)
             c = torch.ones(shape, dtype=dtype, device=like.device)
@@ -448,19 +452,18 @@ def linear_scan(a, b, initial, reverse, out):
 def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out):
     adv_out, ret_out = out
     dtype, device = compute_dtype(adv_out.dtype), adv_out.device
-    in_place = adv_out.dtype == dtype  # the advantages' own rows hold δ and the scan
+    copy_advantages = _copy_out(adv_out)
 
     def coefficients(rows, guard):
         live = _keep_mask(terminated, rows, dtype)
         nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
-        scratch = _rows(adv_out, rows) if in_place else None
+        scratch = _scratch(adv_out, rows, dtype)  # the advantages' rows hold δ and the scan
         delta = _td_error(rewards, values, nv, live, gamma, rows, dtype, guard, scratch)
         c = _continues(live, truncated, rows, adv_out, edge=False)
         return _keep(c, _product(gamma, lmbda, rows, dtype, device), guard), delta
 
     def finish(rows, advantages, carry):
-        if not in_place:
-            _rows(adv_out, rows).copy_(advantages)
+        copy_advantages(rows, advantages, carry)
         torch.add(advantages, _to(_rows(values, rows), dtype), out=_rows(ret_out, rows))
 
     scan(coefficients, finish, adv_out, reverse=True)

@@ -2,8 +2,8 @@
 
 The torch backend picks, per problem, between one chunk (the per-step tensors used as they
 are) and cache-sized time chunks with a carry, and per chunk between a dense transfer-matrix
-scan, a blocked scan, a sequential one and its numpy twin, each first unguarded and redone guarded when the
-result has a non-finite value. Small test problems all take the one-chunk dense path, so
+scan, a blocked scan, a sequential one and its numpy twin, each first unguarded and redone
+guarded when the result has a non-finite value. Small test problems all take the one-chunk dense path, so
 each regime is forced here by shrinking the module's thresholds. Outputs are NaN-poisoned
 ``out=`` tensors, so a row a path forgets to write fails.
 """
@@ -144,26 +144,11 @@ def test_other_estimators_paths(regime, T, N, dtype):
     )
     for reverse in (False, True):
         _check(rtc.linear_scan, 1, r, a=x["a"], b=r, initial=x["bootstrap"], reverse=reverse)
-    _check(
-        rtc.lambda_returns,
-        1,
-        r,
-        rewards=r,
-        values=v,
-        terminated=term,
-        bootstrap_value=x["bootstrap"],
-    )
-    _check(
-        rtc.lambda_returns,
-        1,
-        r,
-        rewards=r,
-        values=v,
-        terminated=term,
-        truncated=trunc,
-        next_values=nv,
-        gamma=x["gamma"],
-    )
+    for nexts in (
+        dict(bootstrap_value=x["bootstrap"]),
+        dict(truncated=trunc, next_values=nv, gamma=x["gamma"]),
+    ):
+        _check(rtc.lambda_returns, 1, r, rewards=r, values=v, terminated=term, **nexts)
     _check(rtc.discounted_returns, 1, r, rewards=r, terminated=term, bootstrap_value=x["bootstrap"])
     _check(
         rtc.discounted_returns, 1, r, rewards=r, terminated=term, truncated=trunc, next_values=nv
