@@ -308,6 +308,36 @@ def test_vtrace_on_policy_is_gae_lambda_one(backend, device):
     assert_close(vs, returns, torch.float32)
 
 
+@pytest.mark.parametrize("fn", ("compute_gae", "compute_vtrace"))
+def test_device_computes_there_for_a_cpu_rollout(backend, device, fn):
+    """``device=``: a CPU rollout computed on ``device`` (e.g. Triton on CUDA while the networks
+    run on the CPU) gives the reference's numbers, handed back on the CPU."""
+    g = torch.Generator().manual_seed(5)
+    T, N = 11, 3
+    rewards, values = torch.randn(T, N, generator=g), torch.randn(T, N, generator=g)
+    dones = (torch.rand(T, N, generator=g) < 0.3).float()
+    tail = [torch.randn(1, N, generator=g), torch.tensor([0.0, 1.0, 0.0]), 0.99]
+    trunc = dict(truncated=torch.rand(T, N, generator=g) < 0.2, final_values=values * 2)
+    if fn == "compute_gae":
+        args = [rewards, values, dones, *tail, 0.95]
+    else:
+        logp = -torch.rand(2, T, N, generator=g)
+        args = [rewards, values, logp[0], logp[1], dones, *tail]
+    call = getattr(rl_triton_cleanrl, fn)
+    expected = call(*args, **trunc, backend="reference")
+    actual = call(*args, **trunc, backend=backend, device=device)
+    for a, e in zip(actual, expected):
+        assert a.device.type == "cpu"
+        assert_close(a, e, torch.float32)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_device_cuda_without_cuda():
+    r = _rollout()
+    with pytest.raises(ValueError, match="`device` is cuda but CUDA is not available"):
+        rl_triton_cleanrl.compute_gae(*r.values(), 0.99, 0.95, device="cuda")
+
+
 # ------------------------------------------------------------------------------------ errors
 
 
@@ -344,6 +374,7 @@ def _rollout(T=5, N=2):
             "`final_values` must be a torch.Tensor",
         ),
         (dict(backend="cuda"), ValueError, "backend"),
+        (dict(device="gpu0"), ValueError, "`device` must name a torch device, got 'gpu0'"),
         (dict(next_value=torch.zeros(2, device="meta")), ValueError, "`next_value` is on meta"),
         (
             dict(truncated=np.zeros((5, 2)), final_values=torch.zeros(5, 2)),

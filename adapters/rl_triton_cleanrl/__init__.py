@@ -111,6 +111,23 @@ def _contract(
     }
 
 
+def _compute_on(fn: str, device, estimator, tensors: tuple, kwargs: dict) -> tuple[Tensor, Tensor]:
+    """``estimator(*tensors, **kwargs)``; with ``device``, there: the tensors are copied to it and
+    the outputs back to the rollout's device (that of ``tensors[0]``)."""
+    if device is None:
+        return estimator(*tensors, **kwargs)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"{fn}: `device` must name a torch device, got {device!r}") from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{fn}: `device` is {device} but CUDA is not available")
+    move = lambda x: x.to(device) if isinstance(x, Tensor) else x
+    outputs = estimator(*map(move, tensors), **{k: move(v) for k, v in kwargs.items()})
+    home = tensors[0].device
+    return tuple(x.to(home) for x in outputs)
+
+
 def compute_gae(
     rewards: Tensor,
     values: Tensor,
@@ -123,6 +140,7 @@ def compute_gae(
     truncated: Tensor | None = None,
     final_values: Tensor | None = None,
     backend: Backend = "auto",
+    device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """CleanRL's GAE loop as one call to :func:`rl_triton_core.gae`.
 
@@ -156,6 +174,10 @@ def compute_gae(
             (same shape as ``rewards``; other entries are not read).
         backend: ``"auto"``, ``"triton"``, ``"torch"`` or ``"reference"`` (see
             ``rl_triton_core``).
+        device: where to compute; ``None`` (default): the rollout's device. E.g. ``"cuda"``
+            runs the Triton kernels for a rollout kept on the CPU: the inputs are copied there
+            and the results back to the rollout's device (the copies cost more than the kernel
+            at CleanRL's sizes; the option is for networks that run faster on the CPU).
 
     Returns:
         ``(advantages, returns)``, each of the shape of ``rewards``.
@@ -163,12 +185,13 @@ def compute_gae(
     Raises:
         TypeError: an argument is not a tensor.
         ValueError: mismatched shapes, ``truncated`` without ``final_values``, an unknown or
-            unavailable backend.
+            unavailable backend or device.
     """
     kwargs = _contract(
         "compute_gae", rewards, values, dones, next_value, next_done, truncated, final_values
     )
-    return rtc.gae(rewards, values, gamma=gamma, lmbda=gae_lambda, backend=backend, **kwargs)
+    kwargs |= dict(gamma=gamma, lmbda=gae_lambda, backend=backend)
+    return _compute_on("compute_gae", device, rtc.gae, (rewards, values), kwargs)
 
 
 def compute_vtrace(
@@ -188,6 +211,7 @@ def compute_vtrace(
     c_bar: float = 1.0,
     pg_rho_bar: float | None = None,
     backend: Backend = "auto",
+    device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """V-trace targets and policy-gradient advantages for a CleanRL-layout rollout.
 
@@ -201,7 +225,7 @@ def compute_vtrace(
             policy.
         target_log_probs, behavior_log_probs: ``log π(a_t|s_t)`` under the learner's policy and
             under the policy that acted, same shape.
-        dones, next_value, next_done, gamma, truncated, final_values, backend: as in
+        dones, next_value, next_done, gamma, truncated, final_values, backend, device: as in
             :func:`compute_gae`.
         lmbda, rho_bar, c_bar, pg_rho_bar: V-trace's λ and clipping thresholds ``ρ̄``, ``c̄``,
             ``ρ̄_pg`` (defaults to ``rho_bar``).
@@ -213,19 +237,10 @@ def compute_vtrace(
     kwargs = _contract(
         "compute_vtrace", rewards, values, dones, next_value, next_done, truncated, final_values
     )
-    return rtc.vtrace(
-        rewards,
-        values,
-        target_log_probs,
-        behavior_log_probs,
-        gamma=gamma,
-        lmbda=lmbda,
-        rho_bar=rho_bar,
-        c_bar=c_bar,
-        pg_rho_bar=pg_rho_bar,
-        backend=backend,
-        **kwargs,
-    )
+    kwargs |= dict(gamma=gamma, lmbda=lmbda, rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar)
+    kwargs["backend"] = backend
+    tensors = (rewards, values, target_log_probs, behavior_log_probs)
+    return _compute_on("compute_vtrace", device, rtc.vtrace, tensors, kwargs)
 
 
 def max_rel_diff(actual: Tensor | Sequence[Tensor], expected: Tensor | Sequence[Tensor]) -> float:

@@ -78,6 +78,8 @@ class Args:
     # Credit assignment (rl_triton)
     advantage_backend: Literal["auto", "triton", "torch", "reference"] = "auto"
     """GAE backend: auto (Triton on CUDA, torch on CPU), triton, torch, or reference (float64 loop)"""
+    advantage_device: str | None = None
+    """where the credit assignment runs: the rollout's device (default), or e.g. `cuda` for Triton's kernels while the networks run on the CPU (`--no-cuda`); the rollout is copied there and the results back"""
     bootstrap_truncated: bool = True
     """bootstrap time-limit truncations from V(final observation); `--no-bootstrap-truncated` treats them as terminations, exactly as CleanRL"""
     shadow_check: bool = False
@@ -285,6 +287,7 @@ def main(args: Args) -> str:
                     truncated=truncated if args.bootstrap_truncated else None,
                     final_values=final_values,
                     backend=args.advantage_backend,
+                    device=args.advantage_device,
                 )
             if args.shadow_check:  # the same call with the float64 reference loop
                 with rl_triton_cleanrl.Stopwatch(device) as shadow:

@@ -79,6 +79,8 @@ def _run_cleanrl(job: dict) -> str:
     )
     if job.get("env_id"):
         kwargs["env_id"] = job["env_id"]
+    if job.get("advantage_device"):
+        kwargs["advantage_device"] = job["advantage_device"]
     kwargs.update(job.get("overrides", {}))
     return module.main(module.Args(**kwargs))
 
@@ -257,6 +259,7 @@ def jobs_for(args: argparse.Namespace) -> list[dict]:
                     total_timesteps=args.total_timesteps or DEFAULT_STEPS[args.pair],
                     shadow_check=side == "B" or args.shadow_both,
                     cuda=args.cuda,
+                    advantage_device=args.advantage_device if side == "B" else None,
                     env_id=args.env_id,
                     overrides=overrides,
                     threads=args.threads,
@@ -286,6 +289,11 @@ def _spawn(job: dict) -> dict:
     return json.loads((Path(job["dir"]) / "record.json").read_text())
 
 
+def _side_label(job: dict) -> str:
+    where = job.get("advantage_device")
+    return f"{job['backend']} on {where}" if where else job["backend"]
+
+
 def run_pair(args: argparse.Namespace) -> dict:
     """Runs every job of the pair (``--workers`` at a time), updates ``{results}/index.json``."""
     jobs = jobs_for(args)
@@ -307,7 +315,8 @@ def run_pair(args: argparse.Namespace) -> dict:
     index[args.pair] = {
         "pair": args.pair,
         "total_timesteps": jobs[0]["total_timesteps"],
-        "sides": {"A": jobs[0]["backend"], "B": jobs[1]["backend"]},
+        "sides": {job["side"]: _side_label(job) for job in jobs[:2]},
+        "networks_on": "cuda" if jobs[0]["cuda"] else "cpu",
         "study_wall_s": time.perf_counter() - start,
         "runs": records,
     }
@@ -328,6 +337,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--results", default="runs/parity", help="results folder")
     parser.add_argument("--backend-b", default="triton" if cuda else "auto")
     parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=cuda)
+    parser.add_argument(
+        "--advantage-device", default=None,
+        help="CleanRL pairs, side B: where the credit assignment runs (e.g. cuda with --no-cuda: "
+        "Triton on the GPU, networks on the CPU); default: the networks' device",
+    )  # fmt: skip
     parser.add_argument("--env-id", default=None, help="override the pair's task")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--shadow-both", action="store_true", help="shadow check on side A too")
