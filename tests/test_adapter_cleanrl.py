@@ -409,6 +409,13 @@ def test_max_rel_diff():
     )
     pair = rl_triton_cleanrl.max_rel_diff((e, e * 1.5), (e, e))
     assert pair == pytest.approx(0.5)
+    # one scale for all outputs: an advantage error of 1e-3 next to returns of 100 is 1e-5
+    advantages, returns = torch.tensor([1e-3, -2e-3]), torch.tensor([100.0, 50.0])
+    got = rl_triton_cleanrl.max_rel_diff((advantages + 1e-3, returns), (advantages, returns))
+    assert got == pytest.approx(1e-5)
+    assert rl_triton_cleanrl.max_rel_diff((advantages, returns + 1), (advantages, returns)) == (
+        pytest.approx(0.01)
+    )
     assert np.isnan(rl_triton_cleanrl.max_rel_diff(torch.tensor([np.nan]), torch.tensor([1.0])))
     assert rl_triton_cleanrl.max_rel_diff(torch.zeros(0), torch.zeros(0)) == 0.0
     with pytest.raises(ValueError, match="shapes differ"):

@@ -97,6 +97,7 @@ def _run_sb3(job: dict) -> str:
     from stable_baselines3.common.env_util import make_vec_env
     from torch.utils.tensorboard import SummaryWriter
 
+    from rl_triton_cleanrl import max_rel_diff
     from rl_triton_sb3 import TritonRolloutBuffer
 
     ours = job["side"] == "B"
@@ -129,13 +130,8 @@ def _run_sb3(job: dict) -> str:
             twin = copy.copy(rollout_buffer)
             twin.advantages = np.zeros_like(rollout_buffer.advantages)
             RolloutBuffer.compute_returns_and_advantage(twin, last_values, dones)
-            diff = max(
-                float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
-                for a, b in (
-                    (rollout_buffer.advantages, twin.advantages),
-                    (rollout_buffer.returns, twin.returns),
-                )
-            )
+            outputs = lambda b: (torch.from_numpy(b.advantages), torch.from_numpy(b.returns))
+            diff = max_rel_diff(outputs(rollout_buffer), outputs(twin))
             writer.add_scalar("charts/shadow_max_rel_diff", diff, step)
             state["shadow_s"] += time.perf_counter() - start
         elapsed = time.perf_counter() - state["start"] - state["shadow_s"]
@@ -166,6 +162,7 @@ def _run_torchrl(job: dict) -> str:
     from torch.utils.tensorboard import SummaryWriter
 
     import rl_triton_torchrl
+    from rl_triton_cleanrl import max_rel_diff
 
     module = _load(ROOT / "examples" / "torchrl_ppo.py")
     ours = job["side"] == "B"
@@ -207,12 +204,8 @@ def _run_torchrl(job: dict) -> str:
                         super().forward(twin, *a, **kw)
                     finally:
                         rl_triton_torchrl.enable()
-                diff = max(
-                    (
-                        (tensordict[k] - twin[k]).abs().max() / twin[k].abs().max().clamp_min(1e-30)
-                    ).item()
-                    for k in ("advantage", "value_target")
-                )
+                keys = ("advantage", "value_target")
+                diff = max_rel_diff([tensordict[k] for k in keys], [twin[k] for k in keys])
                 writer.add_scalar("charts/shadow_max_rel_diff", diff, step)
                 state["shadow_s"] += time.perf_counter() - start
             elapsed = time.perf_counter() - state["start"] - state["shadow_s"]
@@ -245,7 +238,7 @@ def jobs_for(args: argparse.Namespace) -> list[dict]:
     overrides = dict(kv.split("=", 1) for kv in args.set)
     overrides = {k.replace("-", "_"): _value(v) for k, v in overrides.items()}
     a, b = SIDES.get(args.pair, ("reference", args.backend_b))
-    sides = {"A": a, "B": b}
+    sides = {side: backend for side, backend in (("A", a), ("B", b)) if side in args.sides}
     jobs = []
     for i in range(args.seeds):
         for side, backend in sides.items():
@@ -312,14 +305,21 @@ def run_pair(args: argparse.Namespace) -> dict:
     records.sort(key=lambda r: (r["side"], r["seed"]))
     index_path = Path(args.results) / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
-    index[args.pair] = {
+    entry = {
         "pair": args.pair,
         "total_timesteps": jobs[0]["total_timesteps"],
-        "sides": {job["side"]: _side_label(job) for job in jobs[:2]},
+        "sides": {job["side"]: _side_label(job) for job in jobs},
         "networks_on": "cuda" if jobs[0]["cuda"] else "cpu",
         "study_wall_s": time.perf_counter() - start,
         "runs": records,
     }
+    before = index.get(args.pair)
+    if before and before["total_timesteps"] == entry["total_timesteps"]:  # add / redo runs
+        runs = {(r["side"], r["seed"]): r for r in before["runs"] + records}
+        entry["runs"] = [runs[key] for key in sorted(runs)]
+        entry["sides"] = before["sides"] | entry["sides"]
+        entry["study_wall_s"] += before["study_wall_s"]
+    index[args.pair] = entry
     index_path.write_text(json.dumps(index, indent=1))
     return index[args.pair]
 
@@ -332,6 +332,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pair", choices=PAIRS, default="ppo")
     parser.add_argument("--seeds", type=int, default=10, help="seeds per side")
     parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument(
+        "--sides", choices=("AB", "A", "B"), default="AB",
+        help="run both sides or one; the index keeps earlier runs of the pair (same steps) and "
+        "replaces those run again, so seeds can be added or a side re-run",
+    )  # fmt: skip
     parser.add_argument("--total-timesteps", type=int, default=0, help="0: the pair's default")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--results", default="runs/parity", help="results folder")
