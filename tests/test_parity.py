@@ -143,6 +143,21 @@ def test_end_to_end_tiny_ppo(tmp_path):
     assert r["first_divergence_step"] is None  # both updates agree
     assert (out / "ppo.png").exists() and (out / "parity.md").exists()
 
+    # a second study adds seed 2 on side B only, with the credit assignment on another device:
+    # the index keeps the first study's runs and labels side B by where it ran
+    run.main(
+        [
+            "--pair", "ppo", "--seeds", "1", "--first-seed", "2", "--sides", "B",
+            "--total-timesteps", "256", "--workers", "1", "--results", str(results),
+            "--set", "num_steps=32", "--no-cuda", "--backend-b", "torch",
+            "--advantage-device", "cpu",
+        ]
+    )  # fmt: skip
+    entry = json.loads((results / "index.json").read_text())["ppo"]
+    assert [(r["side"], r["seed"]) for r in entry["runs"]] == [("A", 1), ("B", 1), ("B", 2)]
+    assert entry["sides"] == {"A": "reference", "B": "torch on cpu"}
+    assert entry["runs"][2]["advantage_device"] == "cpu"
+
 
 def test_end_to_end_tiny_sb3(tmp_path):
     """The SB3 pair: its own RolloutBuffer vs TritonRolloutBuffer, 2 rollouts, shadow check."""
