@@ -226,13 +226,16 @@ def _plot_first_updates(entry, seed, a: dict, b: dict, updates: int, path: Path)
     tags = [t for t in FIRST_UPDATES_TAGS if t in a and t in b]
     if not tags:
         return
-    fig, axes = plt.subplots(1, len(tags), figsize=(3.6 * len(tags), 3.4), squeeze=False)
-    # the first `updates` logged updates (steps of the per-update losses)
-    ref_steps = a.get("losses/value_loss", a[tags[0]])[0]
+    width = max(3.6 * len(tags), 6.0)
+    fig, axes = plt.subplots(1, len(tags), figsize=(width, 3.4), squeeze=False)
+    # the first `updates` updates: every pair logs the credit-assignment time once per update
+    ref_steps = a.get(CREDIT, a.get("losses/value_loss", a[tags[0]]))[0]
     limit = ref_steps[min(updates, len(ref_steps)) - 1] if len(ref_steps) else 0
     for ax, tag in zip(axes[0], tags, strict=False):
         for side, run, style in (("A", a, "-o"), ("B", b, "--x")):
             steps, values = run[tag]
+            order = np.argsort(steps, kind="stable")  # episodes of several envs: by step
+            steps, values = steps[order], values[order]
             keep = steps <= limit
             ax.plot(steps[keep], values[keep], style, ms=3, label=_label(entry, side))
         ax.set_title(tag, fontsize=9)
