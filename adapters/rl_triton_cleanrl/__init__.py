@@ -238,7 +238,7 @@ def compute_vtrace(
         "compute_vtrace", rewards, values, dones, next_value, next_done, truncated, final_values
     )
     kwargs |= dict(gamma=gamma, lmbda=lmbda, rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar)
-    kwargs["backend"] = backend
+    kwargs |= dict(backend=backend)
     tensors = (rewards, values, target_log_probs, behavior_log_probs)
     return _compute_on("compute_vtrace", device, rtc.vtrace, tensors, kwargs)
 

@@ -360,6 +360,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.advantage_device and args.pair not in CLEANRL:
+        raise SystemExit(f"--advantage-device applies to the CleanRL pairs, not {args.pair!r}")
     if args.job:  # one run, inside its subprocess
         job = json.loads(args.job)
         record = run_job(job)
