@@ -55,29 +55,36 @@ def rollout(g: torch.Generator, noise: float, T=128, N=4, gamma=0.99, horizon=50
     )
 
 
+def errors(noise: float, backends: list[str], rollouts: int = 20, seed: int = 0) -> dict:
+    """``{(metric, implementation): worst error}`` over ``rollouts`` rollouts at a critic
+    ``noise``, plus ``"max|A|"``: the median of the rollouts' largest advantage."""
+    g = torch.Generator().manual_seed(seed)
+    worst, scales = {}, []
+    for _ in range(rollouts):
+        r = rollout(g, noise)
+        args = (*r.values(), 0.99, 0.95)
+        ref = rc.compute_gae(*(x.double() if torch.is_tensor(x) else x for x in args),
+                             backend="reference")  # fmt: skip
+        scales.append(ref[0].abs().max().item())
+        outs = {"CleanRL loop": cleanrl_loop(*args)}
+        outs |= {b: rc.compute_gae(*args, backend=b) for b in backends}
+        for name, out in outs.items():
+            for metric, fn in (("per output", per_output), ("normwise", rc.max_rel_diff)):
+                key = (metric, name)
+                worst[key] = max(worst.get(key, 0.0), fn(out, ref))
+    worst["max|A|"] = sorted(scales)[len(scales) // 2]
+    return worst
+
+
 def main() -> None:
     backends = ["torch"] + (["triton"] if os.environ.get("TRITON_INTERPRET") == "1" else [])
-    g = torch.Generator().manual_seed(0)
-    print("critic noise | max|A| (median) | per output: CleanRL loop, " + ", ".join(backends)
-          + " | normwise: CleanRL loop, " + ", ".join(backends))  # fmt: skip
+    names = ["CleanRL loop", *backends]
+    print("critic noise | max|A| (median) | per output: " + ", ".join(names)
+          + " | normwise: " + ", ".join(names))  # fmt: skip
     for noise in (1e-1, 1e-2, 1e-3, 1e-4):
-        worst = {}
-        scales = []
-        for _ in range(20):
-            r = rollout(g, noise)
-            args = (*r.values(), 0.99, 0.95)
-            ref = rc.compute_gae(*(x.double() if torch.is_tensor(x) else x for x in args),
-                                 backend="reference")  # fmt: skip
-            scales.append(ref[0].abs().max().item())
-            outs = {"CleanRL loop": cleanrl_loop(*args)}
-            outs |= {b: rc.compute_gae(*args, backend=b) for b in backends}
-            for name, out in outs.items():
-                for metric, fn in (("per output", per_output), ("normwise", rc.max_rel_diff)):
-                    key = (metric, name)
-                    worst[key] = max(worst.get(key, 0.0), fn(out, ref))
-        names = ["CleanRL loop", *backends]
+        worst = errors(noise, backends)
         cells = [f"{worst[(m, n)]:.1e}" for m in ("per output", "normwise") for n in names]
-        print(f"{noise:g} | {sorted(scales)[len(scales) // 2]:.1e} | " + " | ".join(cells))
+        print(f"{noise:g} | {worst['max|A|']:.1e} | " + " | ".join(cells))
 
 
 if __name__ == "__main__":
