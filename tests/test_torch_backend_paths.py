@@ -23,6 +23,13 @@ REGIMES = {
     "one-chunk-sequential": {"DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 10**9},
     "one-chunk-blocked": {"DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 4},
     "one-chunk-numpy": NUMPY,
+    # many steps, rows too wide for the blocked scan: numpy as well
+    "one-chunk-numpy-wide": {
+        "DENSE_MAX_ELEMENTS": 0,
+        "BLOCKED_MIN_STEPS": 4,
+        "BLOCKED_MAX_WIDTH": 0,
+        "NUMPY_MIN_WIDTH": 1,
+    },
     "chunks-dense": {"CHUNK_ELEMENTS": 12},
     "chunks-sequential": {
         "CHUNK_ELEMENTS": 12,
@@ -38,7 +45,9 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 @pytest.fixture(params=list(REGIMES))
 def regime(request, monkeypatch):
-    monkeypatch.setattr(tb, "NUMPY_MAX_ELEMENTS", 0 if "numpy" not in request.param else 10**9)
+    numpy_limit = 0 if "numpy" not in request.param else 10**9
+    monkeypatch.setattr(tb, "NUMPY_MAX_ELEMENTS", numpy_limit)
+    monkeypatch.setattr(tb, "NUMPY_MAX_WIDTH", numpy_limit)
     for name, value in REGIMES[request.param].items():
         monkeypatch.setattr(tb, name, value)
     return request.param
