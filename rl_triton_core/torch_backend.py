@@ -27,12 +27,13 @@ and DRAM streams about 8 GB/s):
     sweep over the ``K`` positions scans all blocks at once, the blocks' composite maps
     ``(Π a, local result)`` are scanned recursively (by this same dispatch), and a second
     sweep applies the carries: about ``2K + n / K`` ops instead of ``n``;
-  - *sequential* (wide chunks): one fused ``addcmul`` per step over a row of the batch, which
+  - *sequential* (what the others leave: wide chunks on a GPU, rows of more than 16384
+    sequences, guarded re-runs): one fused ``addcmul`` per step over a row of the batch, which
     moves the fewest bytes;
-  - *numpy* (short chunks of 64 or more sequences, CPU, when numpy is installed): the same
-    loop through numpy views of the tensors, where a step's two numpy ops cost less than
-    one torch op (e.g. [16, 64]: 10 µs less than the dense scan, [16, 256]: 18 µs less than
-    the sequential one).
+  - *numpy* (CPU, when numpy is installed: short chunks of 64 or more sequences, and long
+    chunks too wide for the blocked scan): the same loop through numpy views of the tensors,
+    where a step's two numpy ops cost less than one torch op (e.g. [16, 64]: 10 µs less than
+    the dense scan, [16, 4096]: 41 µs less than the sequential one).
 
 * **Guards.** A zero coefficient is a hard cut (``x_t = b_t`` even where the carry is NaN or
   infinite), and a term the formulas switch off (e.g. the next value at a terminated step)

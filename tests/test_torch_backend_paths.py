@@ -3,8 +3,8 @@
 The torch backend picks, per problem, between one chunk (the per-step tensors used as they
 are) and cache-sized time chunks with a carry, and per chunk between a dense transfer-matrix
 scan, a blocked scan, a sequential one and its numpy twin, each first unguarded and redone
-guarded when the result has a non-finite value. Small test problems all take the one-chunk dense path, so
-each regime is forced here by shrinking the module's thresholds. Outputs are NaN-poisoned
+guarded when the result has a non-finite value. Small test problems all take the one-chunk
+dense path, so each regime is forced here by shrinking the module's thresholds. Outputs are NaN-poisoned
 ``out=`` tensors, so a row a path forgets to write fails.
 """
 

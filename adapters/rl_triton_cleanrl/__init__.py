@@ -237,8 +237,8 @@ def compute_vtrace(
     kwargs = _contract(
         "compute_vtrace", rewards, values, dones, next_value, next_done, truncated, final_values
     )
-    kwargs |= dict(gamma=gamma, lmbda=lmbda, rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar)
-    kwargs |= dict(backend=backend)
+    kwargs |= dict(gamma=gamma, lmbda=lmbda, rho_bar=rho_bar, c_bar=c_bar)
+    kwargs |= dict(pg_rho_bar=pg_rho_bar, backend=backend)
     tensors = (rewards, values, target_log_probs, behavior_log_probs)
     return _compute_on("compute_vtrace", device, rtc.vtrace, tensors, kwargs)
 

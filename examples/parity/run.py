@@ -309,7 +309,6 @@ def run_pair(args: argparse.Namespace) -> dict:
         "pair": args.pair,
         "total_timesteps": jobs[0]["total_timesteps"],
         "sides": {job["side"]: _side_label(job) for job in jobs},
-        "networks_on": "cuda" if jobs[0]["cuda"] else "cpu",
         "study_wall_s": time.perf_counter() - start,
         "runs": records,
     }
