@@ -8,7 +8,8 @@ and layout.
     python benchmarks/sweep_tiles.py [--shapes 128x4096 131072x16] [--layouts tm bm]
         [--candidates 32x128x1x4x1 ...] [--check-all]
 
-``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split);
+``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split; with no
+values, only the default plan runs);
 ``--check-all`` also runs every estimator at each candidate against the float64 torch backend
 (a tile shape must compile and be right for all of them, not only GAE).
 """
@@ -104,7 +105,7 @@ def main():
         results = []
         start = time.monotonic()
         own = [tuple(map(int, c.split("x"))) for c in args.candidates or []]
-        cands = [None, *(own or candidates(T, N, not batch_major))]
+        cands = [None, *(own if args.candidates is not None else candidates(T, N, not batch_major))]
         for cand in cands:
             if time.monotonic() - start > args.budget_s:
                 print(f"   (budget spent: {len(cands) - len(results)} candidates not run)")
