@@ -2,8 +2,7 @@
 
 The launcher reads strides (never copies the common layouts), collapses the batch axes into
 one index, picks the tile shape from the layout and decides whether to split the time axis
-across programs, then launches :func:`kernels.scan_kernel` once (when split: twice, with
-:func:`kernels.carry_kernel` between them).
+across programs, then launches :func:`kernels.scan_kernel` once (twice when split).
 """
 
 from __future__ import annotations
@@ -97,11 +96,10 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
     choice stays.
     """
-    max_chunks = 8192  # the middle pass scans n_chunks x N composites
-    tiles = 4  # a chunk has at least this many tiles
+    max_chunks = 1024  # the carry-in fold loads FOLD chunk totals per memory round trip
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path
         block_t, block_n, unroll, warps = (1, 4, 4, 1) if time_major else (4, 2, 2, 1)
-        tiles, target = (2 if time_major else 1), 4  # chunks of 8 steps
+        min_chunk, target = 8, 4
     else:
         sms = _sm_count(device.index or 0)
         wide = time_major and N >= 16384 and kind != kernels.VTRACE.value
@@ -111,18 +109,19 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms
         elif time_major and N >= 1024 and T >= 1024:  # the same, split ~64 ways along time
             block_t, block_n, unroll, warps, target = 1, 128, 8, 4, 4 * sms
-        elif time_major and N <= 16:  # few sequences: narrow tiles, up to 8192 chunks of 2
-            block_t, block_n, unroll, warps, target, tiles = 64, 16, 1, 4, 64 * sms, 2
-        elif time_major and N < 1024:  # up to ~1000 chunks
-            block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 64 * sms
+        elif time_major and N <= 16:  # few sequences: tall, narrow tiles
+            block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
+        elif time_major and N < 1024:
+            block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major:
             block_t, block_n, unroll, warps, target = 64, 32, 1, 8, 8 * sms
         elif kind == kernels.VTRACE.value:  # its vs_{t+1} shuffle is cheap in short tiles
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         else:  # time is contiguous: a parallel scan along it, one sequence per program
             block_t, warps = (128, 2) if T <= 2048 else (512, 4)
-            block_n, unroll, target, tiles = 1, 1, 8 * sms, 2
-    min_chunk = tiles * block_t * unroll
+            block_n, unroll, target = 1, 1, 8 * sms
+        # chunks of at least 4 tiles (2 along a contiguous time axis)
+        min_chunk = (4 if time_major else 2) * block_t * unroll
     programs = triton.cdiv(N, block_n)
     step = block_t * unroll
     n_chunks = 1
@@ -142,10 +141,8 @@ class _Launch(NamedTuple):
     meta: dict
     totals_shape: tuple[int, int, int]
     totals_dtype: torch.dtype
-    carry_grid: tuple[int, int]  # the middle pass of a split time axis (kernels.carry_kernel)
-    carry_meta: dict
     device: torch.device
-    direct: dict  # (pass, pointer alignment) -> direct launcher, after a first launch
+    direct: dict  # (phase, pointer alignment) -> direct launcher, after a first launch
 
 
 # Direct launches (see `_direct_launcher`): on by default since they passed the GPU suite on an
@@ -165,7 +162,7 @@ def _launch_hooks_set() -> bool:
     return bool(getattr(hook, "calls", hook))
 
 
-def _direct_launcher(kernel, compiled, meta: dict) -> Callable | None:
+def _direct_launcher(compiled, meta: dict, phase: dict) -> Callable | None:
     """Launch a kernel Triton already compiled through its C launcher, without the JIT
     dispatcher in front of it (argument binding, specialisation, cache key and launch hooks:
     most of the 17-40 µs a Python-side launch costs). The launch itself is the same one
@@ -177,11 +174,12 @@ def _direct_launcher(kernel, compiled, meta: dict) -> Callable | None:
         return None
     if tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 3):
         return None  # before 3.3 the launcher takes the runtime arguments alone
-    params = kernel.params
+    params = kernels.scan_kernel.params
     runtime = sum(not p.is_constexpr for p in params)
     if any(p.is_constexpr for p in params[:runtime]):
         return None  # the launcher takes the constexprs after the runtime arguments
-    tail = tuple(meta[p.name] for p in params[runtime:])
+    constexprs = {**meta, **phase}
+    tail = tuple(constexprs[p.name] for p in params[runtime:])
 
     def launch(grid: tuple[int, int], device_index: int, args: tuple) -> None:
         stream = torch._C._cuda_getCurrentRawStream(device_index)
@@ -236,28 +234,17 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
         UNROLL=plan.unroll,
+        # chunk composites folded per load when the time axis is split: 8 per thread (more
+        # registers would cost the tile loop occupancy); 2 under the interpreter so that CPU
+        # tests fold several groups
+        FOLD=2 if _INTERPRETED else min(1024, max(2, 256 * plan.num_warps // plan.block_n)),
         num_warps=plan.num_warps,
     )
     grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)
     totals_dtype = torch.float64 if acc == tl.float64 else torch.float32
     tail = (T, N, plan.chunk, *strides)
-    totals = (3, plan.n_chunks, N)
-    # The middle pass: groups of FOLD chunks x BLOCK_N sequences, about 4096 elements a program
-    # (2 x 2 under the interpreter, so that CPU tests cross groups and programs).
-    carry_n = 2 if _INTERPRETED else min(256, triton.next_power_of_2(N))
-    carry_n = max(1, min(carry_n, 4096 // triton.next_power_of_2(plan.n_chunks)))
-    carry_meta = dict(
-        REVERSE=reverse,
-        HAS_INIT=boot is not None and kind in (kernels.SCAN.value, kernels.TRACES.value),
-        ACC=acc,
-        FOLD=2 if _INTERPRETED else min(triton.next_power_of_2(plan.n_chunks), 4096 // carry_n),
-        BLOCK_N=carry_n,
-        num_warps=1 if _INTERPRETED else 4,
-    )
-    carry_grid = (triton.cdiv(N, carry_n), 1)
-    return _Launch(
-        tail, plan, grid, meta, totals, totals_dtype, carry_grid, carry_meta, out0.device, {}
-    )
+    totals = (2, plan.n_chunks, N)
+    return _Launch(tail, plan, grid, meta, totals, totals_dtype, out0.device, {})
 
 
 def _needs_copies(x, flags, coefs, boot, outs) -> bool:
@@ -349,24 +336,20 @@ def _launch(
             r.copy_(o)
 
 
-_BOOT = 12  # the position of `boot` in a launch's arguments (x0-x4, 2 flags, 5 coefficients)
-
-
 def start(launch: _Launch, args: tuple) -> None:
     """Run a described launch on the call's tensors and scalars: once, or when the time axis is
-    split, a first pass that writes each chunk's composite, a second that scans them into the
-    chunks' carries-in and a third that starts each chunk from its carry."""
-    if launch.plan.n_chunks == 1:
-        with _on_device(launch.device):
-            _run(launch, "scan", (*args, None, *launch.tail))
-        return
-    totals = torch.empty(launch.totals_shape, dtype=launch.totals_dtype, device=launch.device)
-    scan_args = (*args, totals, *launch.tail)
-    N, b_n = launch.tail[1], launch.tail[9]
+    split, a first pass that writes each chunk's totals and a second that folds them in."""
+    split = launch.plan.n_chunks > 1
+    totals = (
+        torch.empty(launch.totals_shape, dtype=launch.totals_dtype, device=launch.device)
+        if split
+        else None
+    )
+    args = (*args, totals, *launch.tail)
     with _on_device(launch.device):
-        _run(launch, "totals", scan_args)
-        _run(launch, "carries", (totals, args[_BOOT], launch.plan.n_chunks, N, b_n))
-        _run(launch, "split scan", scan_args)
+        if split:
+            _run(launch, args, WRITE_TOTALS=True, READ_TOTALS=False)
+        _run(launch, args, WRITE_TOTALS=False, READ_TOTALS=split)
 
 
 def _on_device(device: torch.device):
@@ -377,40 +360,23 @@ def _on_device(device: torch.device):
     return contextlib.nullcontext()
 
 
-# The passes of a launch: kernel and compile-time phase flags (the other meta-parameters come
-# from the launch description).
-_PASSES = {
-    "scan": (kernels.scan_kernel, dict(WRITE_TOTALS=False, READ_CARRIES=False)),
-    "totals": (kernels.scan_kernel, dict(WRITE_TOTALS=True, READ_CARRIES=False)),
-    "carries": (kernels.carry_kernel, None),
-    "split scan": (kernels.scan_kernel, dict(WRITE_TOTALS=False, READ_CARRIES=True)),
-}
-
-
-def _run(launch: _Launch, which: str, args: tuple) -> None:
-    """One pass of a launch: the direct launcher once the kernel is compiled and loaded (on a
-    GPU), else through Triton's JIT (compiles on first use; the interpreter; and whenever a
-    profiler has set Triton's launch hooks, which only the JIT calls)."""
-    kernel, phase = _PASSES[which]
-    grid = launch.grid if phase else launch.carry_grid
+def _run(launch: _Launch, args: tuple, **phase: bool) -> None:
+    """One launch of ``scan_kernel``: the direct launcher once the kernel is compiled and
+    loaded (on a GPU), else through Triton's JIT (compiles on first use; the interpreter; and
+    whenever a profiler has set Triton's launch hooks, which only the JIT calls)."""
     device = launch.device
     if not DIRECT_LAUNCH or device.type != "cuda" or _INTERPRETED or _launch_hooks_set():
-        kernel[grid](*args, **_meta(launch, phase))
+        kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
         return
     # A compiled kernel also depends on which pointers are 16-byte aligned (Triton
     # specialises them); the launch description (shapes, strides, dtypes) does not.
     aligned = tuple(a.data_ptr() & 15 == 0 for a in args if isinstance(a, Tensor))
-    key = (which, aligned)
+    key = (phase["WRITE_TOTALS"], phase["READ_TOTALS"], aligned)
     direct = launch.direct.get(key)
     if direct is not None:
-        return direct(grid, device.index, args)
-    meta = _meta(launch, phase)
-    compiled = kernel[grid](*args, **meta)
-    launch.direct[key] = _direct_launcher(kernel, compiled, meta)
-
-
-def _meta(launch: _Launch, phase: dict | None) -> dict:
-    return launch.carry_meta if phase is None else {**launch.meta, **phase}
+        return direct(launch.grid, device.index, args)
+    compiled = kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
+    launch.direct[key] = _direct_launcher(compiled, launch.meta, phase)
 
 
 def linear_scan(a, b, initial, reverse, out):

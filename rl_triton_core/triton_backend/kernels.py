@@ -7,10 +7,9 @@ tile with ``tl.associative_scan`` and :func:`_combine`, applies the carried stat
 estimator's outputs and carries the state to the next tile. Nothing but the outputs is written.
 
 When there are too few sequences to fill the GPU, the time axis is split into chunks run by
-different programs (a chunked three-pass scan): a first launch (``WRITE_TOTALS``) reduces each
-chunk to its composite map ``x_in -> x_out``; :func:`carry_kernel` scans those composites into
-each chunk's carry-in; the last launch (``READ_CARRIES``) starts from it and runs as above.
-The middle pass moves a few bytes per chunk and sequence, so chunks can be a single tile.
+different programs (a chunked two-level scan): a first launch (``WRITE_TOTALS``) reduces each
+chunk to its composite map ``x_in -> x_out``; the second (``READ_TOTALS``) folds the composites
+of the chunks it depends on into its carry-in, then runs as above.
 
 Layout: element ``(t, n)`` of a per-step tensor is at ``t * stride_t + n * stride_n`` (the
 batch axes collapsed by the launcher); offsets are computed in int64. 16-bit and integer
@@ -401,7 +400,7 @@ def scan_kernel(
     boot,  # bootstrap_value / initial, stride b_n
     out0,
     out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
-    totals,  # [3, n_chunks, N] in ACC: chunk composites (A, B), then each chunk's carry-in
+    totals,  # [2, n_chunks, N] chunk composites (A, B) in ACC
     T,
     N,
     CHUNK,
@@ -431,11 +430,12 @@ def scan_kernel(
     K1_T: tl.constexpr,
     K2_T: tl.constexpr,
     WRITE_TOTALS: tl.constexpr,
-    READ_CARRIES: tl.constexpr,
+    READ_TOTALS: tl.constexpr,
     IDX64: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     UNROLL: tl.constexpr,
+    FOLD: tl.constexpr,
 ):
     """Grid ``(cdiv(N, BLOCK_N), n_chunks)``. Each loop iteration handles UNROLL consecutive
     tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread sequential
@@ -450,12 +450,27 @@ def scan_kernel(
     rows = tl.arange(0, BLOCK_T)
 
     # The carry entering this chunk: `boot` is the initial state for the generic scan and the
-    # traces; when the time axis is split, what `carry_kernel` computed for this chunk.
+    # traces; then the composites of the chunks that come before it in scan order.
     carry = tl.zeros([BLOCK_N], dtype=ACC)
-    if READ_CARRIES:
-        carry = tl.load(totals + (2 * n_chunks + chunk) * N + n64, mask=n_ok, other=0)
-    elif HAS_BOOT and (KIND == SCAN or KIND == TRACES):
+    if HAS_BOOT and (KIND == SCAN or KIND == TRACES):
         carry = tl.load(boot + n64 * b_n, mask=n_ok, other=0).to(ACC)
+    if READ_TOTALS:
+        # Fold the composites of the n_before chunks that precede this one in scan order,
+        # FOLD at a time: one tile load and one in-register scan per group (a chunk-by-chunk
+        # loop would pay a dependent memory round trip per chunk). Row k of group g is the
+        # (g * FOLD + k)-th of those chunks in scan order; padding rows are the identity map.
+        n_before = n_chunks - 1 - chunk if REVERSE else chunk
+        fold = tl.arange(0, FOLD)
+        for g in range(0, tl.cdiv(n_before, FOLD)):
+            j = g * FOLD + fold
+            ok = (j < n_before)[:, None] & n_ok[None, :]
+            if REVERSE:
+                j = n_chunks - 1 - j
+            at = totals + j.to(tl.int64)[:, None] * N + n64[None, :]
+            a_j = tl.load(at, mask=ok, other=1)
+            b_j = tl.load(at + n_chunks * N, mask=ok, other=0)
+            A, B = tl.associative_scan((a_j, b_j), 0, _combine)
+            carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
 
     STEP: tl.constexpr = BLOCK_T * UNROLL
     start = chunk * CHUNK
@@ -526,45 +541,3 @@ def scan_kernel(
     if WRITE_TOTALS:
         tl.store(totals + chunk * N + n64, total_a, mask=n_ok)
         tl.store(totals + (n_chunks + chunk) * N + n64, total_b, mask=n_ok)
-
-
-@triton.jit(do_not_specialize=["n_chunks", "N"])
-def carry_kernel(
-    totals,  # [3, n_chunks, N] in ACC: reads the composites (A, B), writes the carries-in
-    boot,  # the initial state (HAS_INIT), stride b_n
-    n_chunks,
-    N,
-    b_n,
-    REVERSE: tl.constexpr,
-    HAS_INIT: tl.constexpr,
-    ACC: tl.constexpr,
-    FOLD: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """The middle pass of a split time axis. Grid ``(cdiv(N, BLOCK_N),)``: an exclusive scan of
-    the chunk composites in scan order, applied to the initial state, so that chunk ``j``'s
-    carry-in is the state after every chunk before it. FOLD chunks per loaded group: row k of
-    group g is the (g * FOLD + k)-th chunk in scan order."""
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = n < N
-    n64 = n.to(tl.int64)
-    carry = tl.zeros([BLOCK_N], dtype=ACC)
-    if HAS_INIT:
-        carry = tl.load(boot + n64 * b_n, mask=n_ok, other=0).to(ACC)
-    first = n_chunks - 1 if REVERSE else 0
-    tl.store(totals + (2 * n_chunks + first) * N + n64, carry, mask=n_ok)
-    fold = tl.arange(0, FOLD)
-    for g in range(0, tl.cdiv(n_chunks, FOLD)):
-        j = g * FOLD + fold
-        ok = (j < n_chunks)[:, None] & n_ok[None, :]
-        chunk = n_chunks - 1 - j if REVERSE else j
-        at = totals + chunk.to(tl.int64)[:, None] * N + n64[None, :]
-        A, B = tl.associative_scan(
-            (tl.load(at, mask=ok, other=1), tl.load(at + n_chunks * N, mask=ok, other=0)),
-            0,
-            _combine,
-        )
-        x = _apply(A, B, carry[None, :])  # the state after chunk j: chunk j + 1's carry-in
-        after = at + (2 * n_chunks + (-1 if REVERSE else 1)) * N
-        tl.store(after, x, mask=ok & (j + 1 < n_chunks)[:, None])
-        carry = _row(x, fold, FOLD - 1)
