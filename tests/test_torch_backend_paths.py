@@ -3,9 +3,11 @@
 The torch backend picks, per problem, between one chunk (the per-step tensors used as they
 are) and cache-sized time chunks with a carry, and per chunk between a dense transfer-matrix
 scan, a blocked scan, a sequential one and its numpy twin, each first unguarded and redone
-guarded when the result has a non-finite value. Small test problems all take the one-chunk
-dense path, so each regime is forced here by shrinking the module's thresholds. Outputs are NaN-poisoned
-``out=`` tensors, so a row a path forgets to write fails.
+guarded when the result has a non-finite value. Short GAE problems go to numpy before all that
+(``_gae_small``; its own tests: test_torch_backend_small_gae.py). Small test problems all take
+the one-chunk dense path, so each regime is forced here by shrinking the module's thresholds
+(and the regimes of the engine turn ``_gae_small`` off). Outputs are NaN-poisoned ``out=``
+tensors, so a row a path forgets to write fails.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ REGIMES = {
     },
     "chunks-blocked": {"CHUNK_ELEMENTS": 40, "DENSE_MAX_ELEMENTS": 0, "BLOCKED_MIN_STEPS": 4},
     "chunks-numpy": {"CHUNK_ELEMENTS": 12, **NUMPY},
+    # GAE of short problems in numpy, before the engine (every shape here; the other
+    # regimes turn it off so that their GAE calls reach the engine)
+    "small-gae-numpy": {"SMALL_GAE_MAX_STEPS": 10**9},
 }
 SHAPES = [(1, 3), (2, 1), (7, 3), (16, 1), (33, 2)]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -48,6 +53,7 @@ def regime(request, monkeypatch):
     numpy_limit = 0 if "numpy" not in request.param else 10**9
     monkeypatch.setattr(tb, "NUMPY_MAX_ELEMENTS", numpy_limit)
     monkeypatch.setattr(tb, "NUMPY_MAX_WIDTH", numpy_limit)
+    monkeypatch.setattr(tb, "SMALL_GAE_MAX_STEPS", 0)
     for name, value in REGIMES[request.param].items():
         monkeypatch.setattr(tb, name, value)
     return request.param
@@ -117,16 +123,20 @@ def test_gae_paths(regime, T, N, dtype, variant):
     _check(rtc.gae, 2, x["rewards"], **kwargs)
 
 
+# the engine's numpy scan multiplies an infinite carry by a zero coefficient in its unguarded
+# pass (then redone guarded) and numpy warns; _gae_small switches the warnings off
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply:RuntimeWarning")
 @pytest.mark.parametrize("T,N", SHAPES)
 def test_gae_nan_locality(regime, T, N):
-    """NaNs in values and next_values: dropped where a cut or a terminated gate multiplies
-    them by an exact zero, propagated elsewhere (the guarded re-run)."""
+    """NaNs and infinities in next_values: dropped where a cut or a terminated gate
+    multiplies them by an exact zero, propagated elsewhere (the guarded re-run)."""
     x = _inputs(T, N, torch.float32, seed=7 + T)
     g = torch.Generator().manual_seed(T * N)
     nan_at = torch.rand(T, N, generator=g) < 0.1
-    next_values = x["next_values"].masked_fill(nan_at, float("nan"))
-    terminated = x["terminated"] | nan_at  # most NaNs sit behind a terminated gate
-    terminated[0] = False  # ... but not all
+    bad = torch.where(torch.rand(T, N, generator=g) < 0.5, float("nan"), float("inf"))
+    next_values = torch.where(nan_at, bad, x["next_values"])
+    gated = nan_at & (torch.rand(T, N, generator=g) < 0.7)  # most sit behind a terminated
+    terminated = x["terminated"] | gated  # gate, the others reach the scan (0 · inf at a cut)
     kwargs = dict(
         rewards=x["rewards"],
         values=x["values"],
