@@ -102,9 +102,12 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         min_chunk, target = 8, 4
     else:
         sms = _sm_count(device.index or 0)
-        wide = time_major and N >= 16384 and kind != kernels.VTRACE.value
-        if wide and (N >= 65536 or T <= 256):  # a warp per 32 columns, 4-step tiles, no split
-            block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms
+        wide = time_major and N > 16 and kind != kernels.VTRACE.value
+        min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
+        if wide and (N >= 65536 or (N >= 16384 and T <= 256)):  # a warp per 32 columns, 4-step
+            block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms  # tiles, no split
+        elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
+            block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 16 * sms, 512
         elif time_major and N >= 16384:  # each thread walks its own column row by row
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms
         elif time_major and N >= 1024 and T >= 1024:  # the same, split ~64 ways along time
@@ -114,14 +117,15 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         elif time_major and N < 1024:
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major:
-            block_t, block_n, unroll, warps, target = 64, 32, 1, 8, 8 * sms
+            block_t, block_n, unroll, warps, target = 64, 16, 1, 8, 8 * sms
         elif kind == kernels.VTRACE.value:  # its vs_{t+1} shuffle is cheap in short tiles
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
-        else:  # time is contiguous: a parallel scan along it, one sequence per program
+        elif N >= 8 * sms:  # time is contiguous: a parallel scan along it, one sequence per
+            block_t, block_n, unroll, warps, target = (128 if T <= 128 else 256), 1, 1, 1, 0
+        else:  # program (a warp); with few sequences, wider programs split along time
             block_t, warps = (128, 2) if T <= 2048 else (512, 4)
             block_n, unroll, target = 1, 1, 8 * sms
-        # chunks of at least 4 tiles (2 along a contiguous time axis)
-        min_chunk = (4 if time_major else 2) * block_t * unroll
+        min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
     programs = triton.cdiv(N, block_n)
     step = block_t * unroll
     n_chunks = 1
