@@ -385,9 +385,10 @@ def _tile(
 
 # T, N and CHUNK are specialised like every integer argument (equal to 1, multiple of 16): with
 # N (the row stride) a known multiple of 16, the masks are constant over a thread's contiguous
-# elements and loads/stores vectorise (16 bytes a thread instead of 4); measured 5-60% less
-# device time on an H200 (sweep 8 in benchmarks/results/sweep_tiles_h200.txt). The cost is at
-# most a few compiled variants per launch shape.
+# elements and loads/stores vectorise (16 bytes a thread instead of 4); on an H200 device time
+# went to 0.39-1.02x of before over 7 estimators x 8 shapes x 2 layouts (sweep 8 in
+# benchmarks/results/sweep_tiles_h200.txt). The cost is at most a few compiled variants per
+# launch shape.
 @triton.jit
 def scan_kernel(
     x0,
