@@ -134,11 +134,13 @@ LAYOUTS = {
     "torchrl [B, N, T, 1]": lambda T, N: ((2, N // 2 or 1, T, 1), -2),
 }
 # (16_384, 100): time-major 16 < N < 1024 with T >= 16384 has its own split plan, and N is not
-# a multiple of 16 (Triton specialises N, T and the chunk length on that)
+# a multiple of 16 (Triton specialises N, T and the chunk length on that); (8192, 5) and
+# (131_072, 16): the few-long-sequences plan, in 256 and ~1000 chunks (two-level carry-in)
 SHAPES = [
     (1, 4096),
     (100, 1000),
     (4096, 3),
+    (8192, 5),
     (1_000_000, 1),
     (131_072, 16),
     (64, 65_536),
@@ -284,6 +286,34 @@ def test_cuda_graph_capture_and_replay(T, N):
         )
         _close(adv, want_adv, torch.float32, "graph gae")
         _close(vs, want_vs, torch.float32, "graph vtrace")
+
+
+def test_same_call_on_two_streams_at_once():
+    """The same split call (one launch description, group counters) running concurrently on
+    two streams: each stream has its own counters, so both results are right."""
+    gen = torch.Generator(device=CUDA).manual_seed(10)
+    T, N = 131_072, 16
+    data = [_inputs((T, N), 0, torch.float32, gen) for _ in range(2)]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    for _ in range(3):
+        outs = []
+        for d, s in zip(data, streams, strict=True):
+            with torch.cuda.stream(s):
+                outs.append(
+                    rtc.gae(
+                        d["rewards"], d["values"], d["term"], next_values=d["next_values"],
+                        backend="triton",
+                    )
+                )  # fmt: skip
+        torch.cuda.synchronize()
+        for d, (adv, _) in zip(data, outs, strict=True):
+            want, _ = rtc.gae(
+                d["rewards"].double(), d["values"].double(), d["term"],
+                next_values=d["next_values"].double(), backend="torch",
+            )  # fmt: skip
+            _close(adv, want, torch.float32, "gae on two streams")
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")

@@ -136,6 +136,27 @@ def test_split_time_axis_replay(device, launcher_calls):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_group_counters_return_to_zero(device):
+    """A call split in many chunks takes the two-level carry-in (GROUP > 1): its group counters
+    are back at zero after every call, so repeated calls (and CUDA-graph replays) stay right."""
+    from rl_triton_core import triton_backend
+
+    T = 150 if device == "cpu" else 1 << 17  # interpreter: 10+ chunks; GPU: ~1000 chunks
+    triton_backend._LAUNCHES.clear()
+    for seed in (3, 4, 5):
+        d = _inputs("gae", (T, 2), 0, device, torch.float32, seed, truncation=False,
+                    tensor_gamma=False)  # fmt: skip
+        got = _call("gae", d, backend="triton")
+        for g, w in zip(got, _reference("gae", d, 0), strict=True):
+            assert_close(g, w, torch.float32, name="two-level carry-in")
+        grouped = [x for x in triton_backend._LAUNCHES.values() if x.meta["GROUP"] > 1]
+        assert grouped, "the call did not take the two-level carry-in"
+        for launch in grouped:
+            for counters in launch.counters.values():
+                assert not counters.any(), "group counters left non-zero"
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_aliased_arguments(device, launcher_calls):
     """A recording made with two distinct flag tensors replays correctly when one tensor is
     passed for both; a first call with one tensor passed twice is not replayable (its

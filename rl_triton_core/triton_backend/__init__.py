@@ -96,10 +96,10 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
     choice stays.
     """
-    max_chunks = 1024  # the carry-in fold loads FOLD chunk totals per memory round trip
+    max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path
         block_t, block_n, unroll, warps = (1, 4, 4, 1) if time_major else (4, 2, 2, 1)
-        min_chunk, target = 8, 4
+        min_chunk, target = 8, 16  # up to 16 chunks: groups, partial groups, several folds
     else:
         sms = _sm_count(device.index or 0)
         wide = time_major and N > 16 and kind != kernels.VTRACE.value
@@ -107,11 +107,16 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         if wide and (N >= 65536 or (N >= 16384 and T <= 256)):  # a warp per 32 columns, 4-step
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms  # tiles, no split
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
-            block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 16 * sms, 512
+            block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
         elif time_major and N >= 16384:  # each thread walks its own column row by row
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms
         elif time_major and N >= 1024 and T >= 1024:  # the same, split ~64 ways along time
             block_t, block_n, unroll, warps, target = 1, 128, 8, 4, 4 * sms
+        elif time_major and N <= 16 and T >= 8192 and kind != kernels.VTRACE.value:
+            # few long sequences: one-warp 8 x 16 tiles, in ~4 sqrt(T) chunks of ~sqrt(T) / 4
+            # steps (the two-level carry-in keeps many chunks cheap)
+            block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
+            min_chunk = max(32, triton.next_power_of_2(math.isqrt(T)) // 4)
         elif time_major and N <= 16:  # few sequences: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
         elif time_major and N < 1024:
@@ -145,8 +150,10 @@ class _Launch(NamedTuple):
     meta: dict
     totals_shape: tuple[int, int, int]
     totals_dtype: torch.dtype
+    n_counters: int  # int32 group counters of a split launch (0: none)
     device: torch.device
     direct: dict  # (phase, pointer alignment) -> direct launcher, after a first launch
+    counters: dict  # stream -> zeroed group counters (each launch leaves them at zero)
 
 
 # Direct launches (see `_direct_launcher`): on by default since they passed the GPU suite on an
@@ -241,14 +248,31 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         # chunk composites folded per load when the time axis is split: 8 per thread (more
         # registers would cost the tile loop occupancy); 2 under the interpreter so that CPU
         # tests fold several groups
-        FOLD=2 if _INTERPRETED else min(1024, max(2, 256 * plan.num_warps // plan.block_n)),
+        FOLD=(
+            fold := 2 if _INTERPRETED else min(1024, max(2, 256 * plan.num_warps // plan.block_n))
+        ),
+        # chunks per group of the two-level carry-in (1: none): enough that the scan pass folds
+        # at most FOLD group totals, as far as the group's own scan keeps <= 64 totals a thread
+        GROUP=_group_size(plan, fold),
         num_warps=plan.num_warps,
     )
     grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)
     totals_dtype = torch.float64 if acc == tl.float64 else torch.float32
     tail = (T, N, plan.chunk, *strides)
-    totals = (2, plan.n_chunks, N)
-    return _Launch(tail, plan, grid, meta, totals, totals_dtype, out0.device, {})
+    n_groups = triton.cdiv(plan.n_chunks, meta["GROUP"])
+    totals = (2, plan.n_chunks if n_groups == plan.n_chunks else 2 * plan.n_chunks + n_groups, N)
+    counters = grid[0] * n_groups if meta["GROUP"] > 1 else 0
+    return _Launch(tail, plan, grid, meta, totals, totals_dtype, counters, out0.device, {}, {})
+
+
+def _group_size(plan: Plan, fold: int) -> int:
+    """Chunks per group (a power of two) for the two-level carry-in; 1 (none) when folding the
+    chunk totals takes at most 8 round trips (2 under the interpreter, so that CPU tests take
+    both paths): at 17 chunks the group step measured up to 17% slower than the fold."""
+    if plan.n_chunks <= (2 if _INTERPRETED else 8) * fold:
+        return 1
+    most = 2 if _INTERPRETED else max(2, 64 * 32 * plan.num_warps // plan.block_n)
+    return min(triton.next_power_of_2(triton.cdiv(plan.n_chunks, fold)), most)
 
 
 def _needs_copies(x, flags, coefs, boot, outs) -> bool:
@@ -344,16 +368,29 @@ def start(launch: _Launch, args: tuple) -> None:
     """Run a described launch on the call's tensors and scalars: once, or when the time axis is
     split, a first pass that writes each chunk's totals and a second that folds them in."""
     split = launch.plan.n_chunks > 1
-    totals = (
-        torch.empty(launch.totals_shape, dtype=launch.totals_dtype, device=launch.device)
-        if split
-        else None
-    )
-    args = (*args, totals, *launch.tail)
+    totals = counters = None
+    if split:
+        totals = torch.empty(launch.totals_shape, dtype=launch.totals_dtype, device=launch.device)
+    if launch.n_counters:
+        counters = _counters(launch)
+    args = (*args, totals, counters, *launch.tail)
     with _on_device(launch.device):
         if split:
             _run(launch, args, WRITE_TOTALS=True, READ_TOTALS=False)
         _run(launch, args, WRITE_TOTALS=False, READ_TOTALS=split)
+
+
+def _counters(launch: _Launch) -> Tensor:
+    """The group counters of a launch on the current stream: allocated zeroed once, and left
+    at zero by every launch. One set per stream, so that the same call running concurrently
+    on two streams does not share them."""
+    device = launch.device
+    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
+    counters = launch.counters.get(stream)
+    if counters is None:
+        counters = torch.zeros(launch.n_counters, dtype=torch.int32, device=device)
+        launch.counters[stream] = counters
+    return counters
 
 
 def _on_device(device: torch.device):

@@ -9,7 +9,10 @@ estimator's outputs and carries the state to the next tile. Nothing but the outp
 When there are too few sequences to fill the GPU, the time axis is split into chunks run by
 different programs (a chunked two-level scan): a first launch (``WRITE_TOTALS``) reduces each
 chunk to its composite map ``x_in -> x_out``; the second (``READ_TOTALS``) folds the composites
-of the chunks it depends on into its carry-in, then runs as above.
+of the chunks it depends on into its carry-in, then runs as above. With many chunks the carry-in
+is two-level (``GROUP`` > 1, :func:`_group_prefixes`): the last program of each group of chunks
+to finish the first launch writes the group's prefixes and total, so that the second folds a few
+group totals and one prefix instead of every earlier chunk's total.
 
 Layout: element ``(t, n)`` of a per-step tensor is at ``t * stride_t + n * stride_n`` (the
 batch axes collapsed by the launcher); offsets are computed in int64. 16-bit and integer
@@ -383,6 +386,63 @@ def _tile(
     return carry, total_a, total_b
 
 
+@triton.jit
+def _fold(carry, base, rows, n_before, N, n64, n_ok, REVERSE: tl.constexpr, FOLD: tl.constexpr):
+    """Apply to ``carry`` the composites of rows ``0 .. n_before-1`` (in scan order; counted
+    from the end when REVERSE) of ``base``: ``[2, rows, N]``, A then B. FOLD rows per memory
+    round trip, one tile load and one in-register scan each (a row-by-row loop would pay a
+    dependent round trip per row); padding rows are the identity map."""
+    fold = tl.arange(0, FOLD)
+    for g in range(0, tl.cdiv(n_before, FOLD)):
+        j = g * FOLD + fold
+        ok = (j < n_before)[:, None] & n_ok[None, :]
+        if REVERSE:
+            j = rows - 1 - j
+        at = base + j.to(tl.int64)[:, None] * N + n64[None, :]
+        a_j = tl.load(at, mask=ok, other=1)
+        b_j = tl.load(at + rows.to(tl.int64) * N, mask=ok, other=0)
+        A, B = tl.associative_scan((a_j, b_j), 0, _combine)
+        carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
+    return carry
+
+
+@triton.jit
+def _group_prefixes(totals, counters, s, n_chunks, N, n64, n_ok, REVERSE: tl.constexpr,
+                    GROUP: tl.constexpr):  # fmt: skip
+    """Two-level carry-in when the time axis is split in many chunks: chunks form groups of
+    GROUP consecutive chunks in scan order; the last program of a group to finish its totals
+    (an atomic count per group and program column) scans the group's chunk totals and writes
+    each chunk's composite from the start of its group, and the group's total. The scan pass
+    then folds n_groups group totals and one prefix instead of every earlier chunk's total.
+
+    ``totals`` holds ``[2, n_chunks, N]`` chunk totals by chunk, then ``[2, n_chunks, N]``
+    in-group prefixes by place in scan order, then ``[2, n_groups, N]`` group totals. The
+    last program sets its counter back to zero for the next launch."""
+    n_groups = tl.cdiv(n_chunks, GROUP)
+    grp = s // GROUP
+    first = grp * GROUP
+    size = tl.minimum(GROUP, n_chunks - first)
+    counter = counters + tl.program_id(0) * n_groups + grp
+    tl.debug_barrier()  # every thread's totals stored before the count is raised (release)
+    if tl.atomic_add(counter, 1, sem="acq_rel") == size - 1:
+        tl.atomic_xchg(counter, 0)
+        rows = tl.arange(0, GROUP)
+        sj = first + rows
+        ok = (rows < size)[:, None] & n_ok[None, :]
+        cj = n_chunks - 1 - sj if REVERSE else sj
+        at = totals + cj.to(tl.int64)[:, None] * N + n64[None, :]
+        rows_n = n_chunks.to(tl.int64) * N
+        a_j = tl.load(at, mask=ok, other=1, cache_modifier=".cg")  # (other programs' stores)
+        b_j = tl.load(at + rows_n, mask=ok, other=0, cache_modifier=".cg")
+        A, B = tl.associative_scan((a_j, b_j), 0, _combine)
+        prefix = totals + 2 * rows_n + sj.to(tl.int64)[:, None] * N + n64[None, :]
+        tl.store(prefix, A, mask=ok)
+        tl.store(prefix + rows_n, B, mask=ok)
+        group_total = totals + 4 * rows_n + grp.to(tl.int64) * N + n64
+        tl.store(group_total, _row(A, rows, size - 1), mask=n_ok)
+        tl.store(group_total + n_groups * N, _row(B, rows, size - 1), mask=n_ok)
+
+
 # T, N and CHUNK are specialised like every integer argument (equal to 1, multiple of 16): with
 # N (the row stride) a known multiple of 16, the masks are constant over a thread's contiguous
 # elements and loads/stores vectorise (16 bytes a thread instead of 4); on an H200 device time
@@ -406,7 +466,8 @@ def scan_kernel(
     boot,  # bootstrap_value / initial, stride b_n
     out0,
     out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
-    totals,  # [2, n_chunks, N] chunk composites (A, B) in ACC
+    totals,  # chunk composites (A, B) in ACC: see _group_prefixes for the layout
+    counters,  # int32 [cdiv(N, BLOCK_N) * n_groups], zero between launches (GROUP > 1)
     T,
     N,
     CHUNK,
@@ -442,6 +503,7 @@ def scan_kernel(
     BLOCK_N: tl.constexpr,
     UNROLL: tl.constexpr,
     FOLD: tl.constexpr,
+    GROUP: tl.constexpr,
 ):
     """Grid ``(cdiv(N, BLOCK_N), n_chunks)``. Each loop iteration handles UNROLL consecutive
     tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread sequential
@@ -460,23 +522,20 @@ def scan_kernel(
     carry = tl.zeros([BLOCK_N], dtype=ACC)
     if HAS_BOOT and (KIND == SCAN or KIND == TRACES):
         carry = tl.load(boot + n64 * b_n, mask=n_ok, other=0).to(ACC)
+    s = n_chunks - 1 - chunk if REVERSE else chunk  # this chunk's place in scan order
     if READ_TOTALS:
-        # Fold the composites of the n_before chunks that precede this one in scan order,
-        # FOLD at a time: one tile load and one in-register scan per group (a chunk-by-chunk
-        # loop would pay a dependent memory round trip per chunk). Row k of group g is the
-        # (g * FOLD + k)-th of those chunks in scan order; padding rows are the identity map.
-        n_before = n_chunks - 1 - chunk if REVERSE else chunk
-        fold = tl.arange(0, FOLD)
-        for g in range(0, tl.cdiv(n_before, FOLD)):
-            j = g * FOLD + fold
-            ok = (j < n_before)[:, None] & n_ok[None, :]
-            if REVERSE:
-                j = n_chunks - 1 - j
-            at = totals + j.to(tl.int64)[:, None] * N + n64[None, :]
-            a_j = tl.load(at, mask=ok, other=1)
-            b_j = tl.load(at + n_chunks * N, mask=ok, other=0)
-            A, B = tl.associative_scan((a_j, b_j), 0, _combine)
-            carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
+        if GROUP == 1:  # the chunk totals of every earlier chunk
+            carry = _fold(carry, totals, n_chunks, s, N, n64, n_ok, REVERSE, FOLD)
+        else:  # the totals of the earlier groups, then the group's own prefix
+            n_groups = tl.cdiv(n_chunks, GROUP)
+            group_totals = totals + 4 * n_chunks.to(tl.int64) * N
+            carry = _fold(carry, group_totals, n_groups, s // GROUP, N, n64, n_ok, False, FOLD)
+            prev = tl.maximum(s - 1, 0).to(tl.int64)
+            prefix = totals + 2 * n_chunks.to(tl.int64) * N + prev * N + n64
+            a_p = tl.load(prefix, mask=n_ok, other=1)
+            b_p = tl.load(prefix + n_chunks.to(tl.int64) * N, mask=n_ok, other=0)
+            if s % GROUP != 0:  # (the first chunk of a group starts from the group's carry)
+                carry = _apply(a_p, b_p, carry)
 
     STEP: tl.constexpr = BLOCK_T * UNROLL
     start = chunk * CHUNK
@@ -547,3 +606,5 @@ def scan_kernel(
     if WRITE_TOTALS:
         tl.store(totals + chunk * N + n64, total_a, mask=n_ok)
         tl.store(totals + (n_chunks + chunk) * N + n64, total_b, mask=n_ok)
+        if GROUP > 1:
+            _group_prefixes(totals, counters, s, n_chunks, N, n64, n_ok, REVERSE, GROUP)
