@@ -260,7 +260,7 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
     totals_dtype = torch.float64 if acc == tl.float64 else torch.float32
     tail = (T, N, plan.chunk, *strides)
     n_groups = triton.cdiv(plan.n_chunks, meta["GROUP"])
-    totals = (2, plan.n_chunks if n_groups == plan.n_chunks else 2 * plan.n_chunks + n_groups, N)
+    totals = (2, plan.n_chunks if meta["GROUP"] == 1 else 2 * plan.n_chunks + n_groups, N)
     counters = grid[0] * n_groups if meta["GROUP"] > 1 else 0
     return _Launch(tail, plan, grid, meta, totals, totals_dtype, counters, out0.device, {}, {})
 
@@ -396,7 +396,7 @@ def _counters(launch: _Launch) -> Tensor:
 def _on_device(device: torch.device):
     """Triton launches on the current CUDA device's stream: make it the tensors' device when it
     is another one (``cuda:1`` while ``cuda:0`` is current). One index read on the usual path."""
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
+    if device.type == "cuda" and device.index != torch._C._cuda_getDevice():
         return torch.cuda.device(device)
     return contextlib.nullcontext()
 
@@ -411,7 +411,7 @@ def _run(launch: _Launch, args: tuple, **phase: bool) -> None:
         return
     # A compiled kernel also depends on which pointers are 16-byte aligned (Triton
     # specialises them); the launch description (shapes, strides, dtypes) does not.
-    aligned = tuple(a.data_ptr() & 15 == 0 for a in args if isinstance(a, Tensor))
+    aligned = tuple([a.data_ptr() & 15 == 0 for a in args if isinstance(a, Tensor)])
     key = (phase["WRITE_TOTALS"], phase["READ_TOTALS"], aligned)
     direct = launch.direct.get(key)
     if direct is not None:

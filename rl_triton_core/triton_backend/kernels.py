@@ -398,12 +398,19 @@ def _fold(carry, base, rows, n_before, N, n64, n_ok, REVERSE: tl.constexpr, FOLD
         ok = (j < n_before)[:, None] & n_ok[None, :]
         if REVERSE:
             j = rows - 1 - j
-        at = base + j.to(tl.int64)[:, None] * N + n64[None, :]
-        a_j = tl.load(at, mask=ok, other=1)
-        b_j = tl.load(at + rows.to(tl.int64) * N, mask=ok, other=0)
-        A, B = tl.associative_scan((a_j, b_j), 0, _combine)
+        A, B = _scan_composites(base, j, rows, N, n64, ok, "")
         carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
     return carry
+
+
+@triton.jit
+def _scan_composites(base, j, rows, N, n64, ok, CACHE: tl.constexpr):
+    """Rows ``j`` of ``base`` (``[2, rows, N]``: A then B) as a tile, scanned in the order of
+    ``j``; rows where not ``ok`` are the identity map."""
+    at = base + j.to(tl.int64)[:, None] * N + n64[None, :]
+    a_j = tl.load(at, mask=ok, other=1, cache_modifier=CACHE)
+    b_j = tl.load(at + rows.to(tl.int64) * N, mask=ok, other=0, cache_modifier=CACHE)
+    return tl.associative_scan((a_j, b_j), 0, _combine)
 
 
 @triton.jit
@@ -430,11 +437,8 @@ def _group_prefixes(totals, counters, s, n_chunks, N, n64, n_ok, REVERSE: tl.con
         sj = first + rows
         ok = (rows < size)[:, None] & n_ok[None, :]
         cj = n_chunks - 1 - sj if REVERSE else sj
-        at = totals + cj.to(tl.int64)[:, None] * N + n64[None, :]
+        A, B = _scan_composites(totals, cj, n_chunks, N, n64, ok, ".cg")  # (others' stores)
         rows_n = n_chunks.to(tl.int64) * N
-        a_j = tl.load(at, mask=ok, other=1, cache_modifier=".cg")  # (other programs' stores)
-        b_j = tl.load(at + rows_n, mask=ok, other=0, cache_modifier=".cg")
-        A, B = tl.associative_scan((a_j, b_j), 0, _combine)
         prefix = totals + 2 * rows_n + sj.to(tl.int64)[:, None] * N + n64[None, :]
         tl.store(prefix, A, mask=ok)
         tl.store(prefix + rows_n, B, mask=ok)
@@ -530,11 +534,10 @@ def scan_kernel(
             n_groups = tl.cdiv(n_chunks, GROUP)
             group_totals = totals + 4 * n_chunks.to(tl.int64) * N
             carry = _fold(carry, group_totals, n_groups, s // GROUP, N, n64, n_ok, False, FOLD)
-            prev = tl.maximum(s - 1, 0).to(tl.int64)
-            prefix = totals + 2 * n_chunks.to(tl.int64) * N + prev * N + n64
-            a_p = tl.load(prefix, mask=n_ok, other=1)
-            b_p = tl.load(prefix + n_chunks.to(tl.int64) * N, mask=n_ok, other=0)
             if s % GROUP != 0:  # (the first chunk of a group starts from the group's carry)
+                prefix = totals + 2 * n_chunks.to(tl.int64) * N + (s - 1).to(tl.int64) * N + n64
+                a_p = tl.load(prefix, mask=n_ok, other=1)
+                b_p = tl.load(prefix + n_chunks.to(tl.int64) * N, mask=n_ok, other=0)
                 carry = _apply(a_p, b_p, carry)
 
     STEP: tl.constexpr = BLOCK_T * UNROLL
