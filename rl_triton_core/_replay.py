@@ -133,8 +133,8 @@ def _plan(launches: list, tensors: list[Tensor], result) -> _Plan | None:
 
 
 # The allocation entry points of torch.compile's generated code (CUDA: on the current device):
-# about half the host time of torch.empty_strided, whose argument parsing they skip. They take
-# plain tuples (not torch.Size).
+# they skip torch.empty_strided's argument parsing (on the CPU 1.5 against 3.2 us a call). They
+# take plain tuples, not torch.Size.
 _empty_strided_cpu = getattr(torch._C._dynamo.guards, "_empty_strided_cpu", None)
 _empty_strided_cuda = getattr(torch._C._dynamo.guards, "_empty_strided_cuda", None)
 
