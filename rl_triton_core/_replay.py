@@ -139,7 +139,8 @@ _empty_strided_cpu = getattr(torch._C._dynamo.guards, "_empty_strided_cpu", None
 _empty_strided_cuda = getattr(torch._C._dynamo.guards, "_empty_strided_cuda", None)
 
 
-def _empty(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:
+def empty(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """An uninitialised tensor (the replayed outputs, the launcher's chunk totals)."""
     if device.type == "cuda":
         if _empty_strided_cuda is not None and device.index == torch._C._cuda_getDevice():
             return _empty_strided_cuda(shape, stride, dtype)
@@ -149,7 +150,7 @@ def _empty(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device
 
 
 def _replay(plan: _Plan, tensors: list[Tensor]):
-    new = [_empty(*o) for o in plan.new_outputs]
+    new = [empty(*o) for o in plan.new_outputs]
     for launch, template, fills in plan.launches:
         args = list(template)
         for pos, src in fills:

@@ -135,7 +135,9 @@ LAYOUTS = {
 }
 # (16_384, 100): time-major 16 < N < 1024 with T >= 16384 has its own split plan, and N is not
 # a multiple of 16 (Triton specialises N, T and the chunk length on that); (8192, 5) and
-# (131_072, 16): the few-long-sequences plan, in 256 and ~1000 chunks (two-level carry-in)
+# (131_072, 16): the few-long-sequences plan, in 256 and ~1000 programs (two-level carry-in);
+# (131_072, 16) and (65_536, 3): discounted returns, traces and the scan run 8 and 32 chunks
+# side by side in a program there
 SHAPES = [
     (1, 4096),
     (100, 1000),
@@ -143,6 +145,7 @@ SHAPES = [
     (8192, 5),
     (1_000_000, 1),
     (131_072, 16),
+    (65_536, 3),
     (64, 65_536),
     (16_384, 100),
 ]

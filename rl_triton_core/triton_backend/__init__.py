@@ -82,11 +82,16 @@ class Plan(NamedTuple):
     """How one call is cut into programs (see ``kernels.scan_kernel``)."""
 
     block_t: int  # steps scanned together in one tile
-    block_n: int  # sequences per program
+    block_n: int  # tile width: sequences per program, times segs
     unroll: int  # tiles per loop iteration
-    chunk: int  # steps per program along time (T when not split)
-    n_chunks: int  # programs along time
+    chunk: int  # steps per chunk (T when not split)
+    n_chunks: int  # chunks along time
     num_warps: int
+    segs: int = 1  # chunks a program runs side by side (consecutive in time)
+
+
+# Estimators whose few-long-sequence plan runs several chunks side by side in a program.
+_SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value)
 
 
 def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> Plan:
@@ -97,9 +102,12 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     choice stays.
     """
     max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
+    segs = 1
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path
-        block_t, block_n, unroll, warps = (1, 4, 4, 1) if time_major else (4, 2, 2, 1)
+        block_t, block_n, unroll, warps = (2, 4, 2, 1) if time_major else (4, 2, 2, 1)
         min_chunk, target = 8, 16  # up to 16 chunks: groups, partial groups, several folds
+        if time_major and N <= 3:  # two chunks side by side in a program
+            block_n, segs, min_chunk = 8, 2, 16
     else:
         sms = _sm_count(device.index or 0)
         wide = time_major and N > 16 and kind != kernels.VTRACE.value
@@ -112,11 +120,17 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms
         elif time_major and N >= 1024 and T >= 1024:  # the same, split ~64 ways along time
             block_t, block_n, unroll, warps, target = 1, 128, 8, 4, 4 * sms
-        elif time_major and N <= 16 and T >= 8192 and kind != kernels.VTRACE.value:
-            # few long sequences: one-warp 8 x 16 tiles, in ~4 sqrt(T) chunks of ~sqrt(T) / 4
-            # steps (the two-level carry-in keeps many chunks cheap)
-            block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
+        elif time_major and N <= 16 and T >= 8192:
+            # few long sequences: ~4 sqrt(T) one-warp programs of ~sqrt(T) / 4 steps (the
+            # two-level carry-in keeps many chunks cheap), each with 8 x 16 tiles; from
+            # T = 65536, the forward-only recurrences run 128 / cols chunks side by side in a
+            # program instead, so that each thread scans its own columns in registers (GAE,
+            # TD(lambda) and Retrace measured slower that way)
             min_chunk = max(32, triton.next_power_of_2(math.isqrt(T)) // 4)
+            block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
+            if T >= 65536 and kind in _SIDE_BY_SIDE:
+                cols = max(4, triton.next_power_of_2(N))
+                block_n, target, segs = 128, 8 * sms, 128 // cols
         elif time_major and N <= 16:  # few sequences: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
         elif time_major and N < 1024:
@@ -131,13 +145,13 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, warps = (128, 2) if T <= 2048 else (512, 4)
             block_n, unroll, target = 1, 1, 8 * sms
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
-    programs = triton.cdiv(N, block_n)
+    programs = triton.cdiv(N, block_n // segs)
     step = block_t * unroll
-    n_chunks = 1
+    spans = 1  # programs along time, each min_chunk steps or more
     if programs < target and T > min_chunk:
-        n_chunks = min(triton.cdiv(target, programs), triton.cdiv(T, min_chunk), max_chunks)
-    chunk = triton.cdiv(triton.cdiv(T, n_chunks), step) * step
-    return Plan(block_t, block_n, unroll, chunk, triton.cdiv(T, chunk), warps)
+        spans = min(triton.cdiv(target, programs), triton.cdiv(T, min_chunk), max_chunks)
+    chunk = triton.cdiv(triton.cdiv(T, spans * segs), step) * step
+    return Plan(block_t, block_n, unroll, chunk, triton.cdiv(T, chunk * segs) * segs, warps, segs)
 
 
 class _Launch(NamedTuple):
@@ -149,6 +163,7 @@ class _Launch(NamedTuple):
     grid: tuple[int, int]
     meta: dict
     totals_shape: tuple[int, int, int]
+    totals_stride: tuple[int, int, int]
     totals_dtype: torch.dtype
     n_counters: int  # int32 group counters of a split launch (0: none)
     device: torch.device
@@ -223,6 +238,7 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
     # memory, a scan along time when time is (batch-major layouts; a single sequence).
     time_major = N > 1 and (abs(s_t) >= abs(s_n) if s_n else True)
     plan = _plan(kind, T, N, time_major, out0.device)
+    cols = plan.block_n // plan.segs  # sequences per program
     strides = (s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n)
     # The largest element offset any load or store can form (t + 1 steps, all sequences).
     reach = max((T + 1) * abs(st) + N * abs(sn) for st, sn in zip(strides[::2], strides[1::2]))
@@ -230,6 +246,7 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         KIND=kind,
         TRACE=trace,
         REVERSE=reverse,
+        FLIP=reverse and time_major and plan.block_t > 1,  # (see kernels._tile)
         ACC=acc,
         HAS_TERM=flags[0] is not None,
         HAS_TRUNC=flags[1] is not None,
@@ -244,25 +261,27 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         IDX64=max(reach, b_n * N) >= 2**31,
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
+        SEGS=plan.segs,
         UNROLL=plan.unroll,
         # chunk composites folded per load when the time axis is split: 8 per thread (more
         # registers would cost the tile loop occupancy); 2 under the interpreter so that CPU
         # tests fold several groups
-        FOLD=(
-            fold := 2 if _INTERPRETED else min(1024, max(2, 256 * plan.num_warps // plan.block_n))
-        ),
+        FOLD=(fold := 2 if _INTERPRETED else min(1024, max(2, 256 * plan.num_warps // cols))),
         # chunks per group of the two-level carry-in (1: none): enough that the scan pass folds
         # at most FOLD group totals, as far as the group's own scan keeps <= 64 totals a thread
         GROUP=_group_size(plan, fold),
         num_warps=plan.num_warps,
     )
-    grid = (triton.cdiv(N, plan.block_n), plan.n_chunks)
+    grid = (triton.cdiv(N, cols), plan.n_chunks // plan.segs)
     totals_dtype = torch.float64 if acc == tl.float64 else torch.float32
     tail = (T, N, plan.chunk, *strides)
     n_groups = triton.cdiv(plan.n_chunks, meta["GROUP"])
     totals = (2, plan.n_chunks if meta["GROUP"] == 1 else 2 * plan.n_chunks + n_groups, N)
     counters = grid[0] * n_groups if meta["GROUP"] > 1 else 0
-    return _Launch(tail, plan, grid, meta, totals, totals_dtype, counters, out0.device, {}, {})
+    stride = (totals[1] * totals[2], totals[2], 1)
+    return _Launch(
+        tail, plan, grid, meta, totals, stride, totals_dtype, counters, out0.device, {}, {}
+    )
 
 
 def _group_size(plan: Plan, fold: int) -> int:
@@ -271,8 +290,12 @@ def _group_size(plan: Plan, fold: int) -> int:
     both paths): at 17 chunks the group step measured up to 17% slower than the fold."""
     if plan.n_chunks <= (2 if _INTERPRETED else 8) * fold:
         return 1
-    most = 2 if _INTERPRETED else max(2, 64 * 32 * plan.num_warps // plan.block_n)
-    return min(triton.next_power_of_2(triton.cdiv(plan.n_chunks, fold)), most)
+    # at most 32 totals a thread in the group's scan: its registers count for the whole totals
+    # launch (64 a thread took 238 registers and measured twice the time of the scan launch)
+    rows = 32 * 32 * plan.num_warps // (plan.block_n // plan.segs)
+    most = 2 if _INTERPRETED else max(2, rows)
+    # (a program's chunks stay in one group)
+    return max(plan.segs, min(triton.next_power_of_2(triton.cdiv(plan.n_chunks, fold)), most))
 
 
 def _needs_copies(x, flags, coefs, boot, outs) -> bool:
@@ -370,7 +393,9 @@ def start(launch: _Launch, args: tuple) -> None:
     split = launch.plan.n_chunks > 1
     totals = counters = None
     if split:
-        totals = torch.empty(launch.totals_shape, dtype=launch.totals_dtype, device=launch.device)
+        totals = _replay.empty(
+            launch.totals_shape, launch.totals_stride, launch.totals_dtype, launch.device
+        )
     if launch.n_counters:
         counters = _counters(launch)
     args = (*args, totals, counters, *launch.tail)

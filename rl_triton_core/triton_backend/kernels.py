@@ -7,9 +7,10 @@ tile with ``tl.associative_scan`` and :func:`_combine`, applies the carried stat
 estimator's outputs and carries the state to the next tile. Nothing but the outputs is written.
 
 When there are too few sequences to fill the GPU, the time axis is split into chunks run by
-different programs (a chunked two-level scan): a first launch (``WRITE_TOTALS``) reduces each
-chunk to its composite map ``x_in -> x_out``; the second (``READ_TOTALS``) folds the composites
-of the chunks it depends on into its carry-in, then runs as above. With many chunks the carry-in
+different programs, or side by side in one program (``SEGS``): a chunked two-level scan. A
+first launch (``WRITE_TOTALS``) reduces each chunk to its composite map ``x_in -> x_out``; the
+second (``READ_TOTALS``) folds the composites of the chunks it depends on into its carry-in,
+then runs as above. With many chunks the carry-in
 is two-level (``GROUP`` > 1, :func:`_group_prefixes`): the last program of each group of chunks
 to finish the first launch writes the group's prefixes and total, so that the second folds a few
 group totals and one prefix instead of every earlier chunk's total.
@@ -267,6 +268,7 @@ def _tile(
     KIND: tl.constexpr,
     TRACE: tl.constexpr,
     REVERSE: tl.constexpr,
+    FLIP: tl.constexpr,
     ACC: tl.constexpr,
     HAS_TERM: tl.constexpr,
     HAS_TRUNC: tl.constexpr,
@@ -283,8 +285,15 @@ def _tile(
     BLOCK_T: tl.constexpr,
 ):
     """One tile of BLOCK_T steps x BLOCK_N sequences: build (a, b), scan, apply the carry,
-    write the outputs (or fold the tile into the chunk's composite). Returns the new state."""
-    t = t0 + rows[:, None]
+    write the outputs (or fold the tile into the chunk's composite). Returns the new state.
+
+    FLIP (a reverse scan of a tile whose rows are not contiguous in memory) stores the tile's
+    steps in reverse row order, so that the scan runs forward along the rows: Triton lowers a
+    reverse scan with lane shuffles even where a thread holds every row in its registers."""
+    if FLIP:
+        t = t0 + (BLOCK_T - 1 - rows)[:, None]
+    else:
+        t = t0 + rows[:, None]
     mask = (t < stop) & n_ok[None, :]
     if IDX64:  # offsets past 2**31 elements
         ti = t.to(tl.int64)
@@ -293,9 +302,12 @@ def _tile(
         ti = t
         ni = n[None, :]
     off = ti * s_t + ni * s_n
-    foff = ti * f_t + ni * f_n
+    # (flag columns regrouped by 4: bool tiles then load 4 a thread, in the layout of the value
+    # tiles, instead of 16 a thread in a layout with rows across threads)
+    foff = ti * f_t + ((ni // 4) * 4 + ni % 4) * f_n
     koff = ti * k_t + ni * k_n
-    last = 0 if REVERSE else BLOCK_T - 1  # the tile row that the scan reaches last
+    backward: tl.constexpr = REVERSE and not FLIP  # the scan's direction along the rows
+    last = 0 if backward else BLOCK_T - 1  # the tile row that the scan reaches last
     a, b, c, is_term = _coefficients(
         x0,
         x1,
@@ -337,7 +349,7 @@ def _tile(
     )
     a = tl.where(mask, a, 1)  # padding is the identity map
     b = tl.where(mask, b, 0)
-    A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+    A, B = tl.associative_scan((a, b), 0, _combine, reverse=backward)
     if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
         total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
     else:
@@ -348,13 +360,16 @@ def _tile(
             tl.store(out1 + ti * o1_t + ni * o1_n, ret, mask=mask)
         if KIND == VTRACE:
             # vs_t = v_t + D_t; pg_t = min(pg_rho_bar, w_t) (r_t + g_t (1 - term_t) u_t - v_t)
-            # with u_t = vs_{t+1} where c_t, else nv_t. D_{t+1} of the tile's last row is the
-            # carry that entered the tile.
+            # with u_t = vs_{t+1} where c_t, else nv_t. D_{t+1} of the tile's last step is the
+            # carry that entered the tile (step t + 1 is the next row, the previous if FLIP).
             v = _load(x1, off, mask, ACC)
             x_out = x + v
-            below = tl.minimum(rows + 1, BLOCK_T - 1)[:, None] + 0 * n[None, :]
-            d_next = tl.gather(x, below, 0)
-            d_next = tl.where(rows[:, None] == BLOCK_T - 1, carry[None, :], d_next)
+            if FLIP:
+                after = tl.maximum(rows - 1, 0)
+            else:
+                after = tl.minimum(rows + 1, BLOCK_T - 1)
+            d_next = tl.gather(x, after[:, None] + 0 * n[None, :], 0)
+            d_next = tl.where(rows[:, None] == BLOCK_T - 1 - last, carry[None, :], d_next)
             inside = mask & (t + 1 < T)
             vs_next = _load(x1, off + s_t, inside, ACC) + d_next
             nv = _next_value(
@@ -387,9 +402,9 @@ def _tile(
 
 
 @triton.jit
-def _fold(carry, base, rows, n_before, N, n64, n_ok, REVERSE: tl.constexpr, FOLD: tl.constexpr):
+def _fold(carry, base, n_rows, n_before, N, n64, n_ok, REVERSE: tl.constexpr, FOLD: tl.constexpr):
     """Apply to ``carry`` the composites of rows ``0 .. n_before-1`` (in scan order; counted
-    from the end when REVERSE) of ``base``: ``[2, rows, N]``, A then B. FOLD rows per memory
+    from the end when REVERSE) of ``base``: ``[2, n_rows, N]``, A then B. FOLD rows per memory
     round trip, one tile load and one in-register scan each (a row-by-row loop would pay a
     dependent round trip per row); padding rows are the identity map."""
     fold = tl.arange(0, FOLD)
@@ -397,25 +412,37 @@ def _fold(carry, base, rows, n_before, N, n64, n_ok, REVERSE: tl.constexpr, FOLD
         j = g * FOLD + fold
         ok = (j < n_before)[:, None] & n_ok[None, :]
         if REVERSE:
-            j = rows - 1 - j
-        A, B = _scan_composites(base, j, rows, N, n64, ok, "")
+            j = n_rows - 1 - j
+        A, B = _scan_composites(base, j, n_rows, N, n64, ok, "")
         carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
     return carry
 
 
 @triton.jit
-def _scan_composites(base, j, rows, N, n64, ok, CACHE: tl.constexpr):
-    """Rows ``j`` of ``base`` (``[2, rows, N]``: A then B) as a tile, scanned in the order of
+def _scan_composites(base, j, n_rows, N, n64, ok, CACHE: tl.constexpr):
+    """Rows ``j`` of ``base`` (``[2, n_rows, N]``: A then B) as a tile, scanned in the order of
     ``j``; rows where not ``ok`` are the identity map."""
     at = base + j.to(tl.int64)[:, None] * N + n64[None, :]
     a_j = tl.load(at, mask=ok, other=1, cache_modifier=CACHE)
-    b_j = tl.load(at + rows.to(tl.int64) * N, mask=ok, other=0, cache_modifier=CACHE)
+    b_j = tl.load(at + n_rows.to(tl.int64) * N, mask=ok, other=0, cache_modifier=CACHE)
     return tl.associative_scan((a_j, b_j), 0, _combine)
 
 
 @triton.jit
+def _prefixes_at(totals, n_chunks, N):
+    """The in-group prefixes in ``totals`` (see :func:`_group_prefixes`)."""
+    return totals + 2 * n_chunks.to(tl.int64) * N
+
+
+@triton.jit
+def _group_totals_at(totals, n_chunks, N):
+    """The group totals in ``totals`` (see :func:`_group_prefixes`)."""
+    return totals + 4 * n_chunks.to(tl.int64) * N
+
+
+@triton.jit
 def _group_prefixes(totals, counters, s, n_chunks, N, n64, n_ok, REVERSE: tl.constexpr,
-                    GROUP: tl.constexpr):  # fmt: skip
+                    GROUP: tl.constexpr, SEGS: tl.constexpr):  # fmt: skip
     """Two-level carry-in when the time axis is split in many chunks: chunks form groups of
     GROUP consecutive chunks in scan order; the last program of a group to finish its totals
     (an atomic count per group and program column) scans the group's chunk totals and writes
@@ -431,20 +458,40 @@ def _group_prefixes(totals, counters, s, n_chunks, N, n64, n_ok, REVERSE: tl.con
     size = tl.minimum(GROUP, n_chunks - first)
     counter = counters + tl.program_id(0) * n_groups + grp
     tl.debug_barrier()  # every thread's totals stored before the count is raised (release)
-    if tl.atomic_add(counter, 1, sem="acq_rel") == size - 1:
+    if tl.atomic_add(counter, 1, sem="acq_rel") == size // SEGS - 1:  # (programs in the group)
         tl.atomic_xchg(counter, 0)
         rows = tl.arange(0, GROUP)
         sj = first + rows
         ok = (rows < size)[:, None] & n_ok[None, :]
         cj = n_chunks - 1 - sj if REVERSE else sj
         A, B = _scan_composites(totals, cj, n_chunks, N, n64, ok, ".cg")  # (others' stores)
-        rows_n = n_chunks.to(tl.int64) * N
-        prefix = totals + 2 * rows_n + sj.to(tl.int64)[:, None] * N + n64[None, :]
+        prefix = _prefixes_at(totals, n_chunks, N) + sj.to(tl.int64)[:, None] * N + n64[None, :]
         tl.store(prefix, A, mask=ok)
-        tl.store(prefix + rows_n, B, mask=ok)
-        group_total = totals + 4 * rows_n + grp.to(tl.int64) * N + n64
+        tl.store(prefix + n_chunks.to(tl.int64) * N, B, mask=ok)
+        group_total = _group_totals_at(totals, n_chunks, N) + grp.to(tl.int64) * N + n64
         tl.store(group_total, _row(A, rows, size - 1), mask=n_ok)
         tl.store(group_total + n_groups * N, _row(B, rows, size - 1), mask=n_ok)
+
+
+@triton.jit
+def _chunk_carries(carry, totals, first, n_chunks, N, col64, col_ok, REVERSE: tl.constexpr,
+                   SEGS: tl.constexpr):  # fmt: skip
+    """The carries entering a program's SEGS chunks ``first ..``, as its lanes (chunk-major):
+    the chunks' totals scanned in scan order and applied to ``carry``, the carry entering the
+    first of them in scan order."""
+    segs = tl.arange(0, SEGS)
+    at = totals + (first + segs).to(tl.int64)[:, None] * N + col64[None, :]
+    a = tl.load(at, mask=col_ok[None, :], other=1)
+    b = tl.load(at + n_chunks.to(tl.int64) * N, mask=col_ok[None, :], other=0)
+    A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+    after = _apply(A, B, carry[None, :])  # the state after each chunk
+    if REVERSE:  # a chunk starts from the state after the chunk before it in scan order
+        before, edge = tl.minimum(segs + 1, SEGS - 1), SEGS - 1
+    else:
+        before, edge = tl.maximum(segs - 1, 0), 0
+    entering = tl.gather(after, before[:, None] + 0 * col64[None, :].to(tl.int32), 0)
+    entering = tl.where(segs[:, None] == edge, carry[None, :], entering)
+    return tl.reshape(entering, [SEGS * col64.shape[0]])
 
 
 # T, N and CHUNK are specialised like every integer argument (equal to 1, multiple of 16): with
@@ -489,6 +536,7 @@ def scan_kernel(
     KIND: tl.constexpr,
     TRACE: tl.constexpr,
     REVERSE: tl.constexpr,
+    FLIP: tl.constexpr,
     ACC: tl.constexpr,
     HAS_TERM: tl.constexpr,
     HAS_TRUNC: tl.constexpr,
@@ -505,45 +553,65 @@ def scan_kernel(
     IDX64: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    SEGS: tl.constexpr,
     UNROLL: tl.constexpr,
     FOLD: tl.constexpr,
     GROUP: tl.constexpr,
 ):
-    """Grid ``(cdiv(N, BLOCK_N), n_chunks)``. Each loop iteration handles UNROLL consecutive
-    tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread sequential
-    recurrence over rows (time-major layouts: each thread owns columns), a large BLOCK_T a
-    parallel scan along time (batch-major layouts: time is the contiguous axis)."""
+    """Grid ``(cdiv(N, COLS), n_chunks / SEGS)``. Each loop iteration handles UNROLL
+    consecutive tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread
+    sequential recurrence over rows (time-major layouts: each thread owns columns), a large
+    BLOCK_T a parallel scan along time (batch-major layouts: time is the contiguous axis).
+
+    SEGS > 1 (time-major, few sequences): a program runs SEGS consecutive chunks of COLS
+    sequences side by side, lane ``seg * COLS + column`` of its tiles in chunk ``seg``, so that
+    a tile is BLOCK_N lanes wide and each thread holds whole columns of it (the scan along
+    time stays in registers); the chunks' carries come from their totals (``_chunk_carries``)."""
     pid_n = tl.program_id(0)
-    chunk = tl.program_id(1)
-    n_chunks = tl.num_programs(1)
-    n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = n < N
-    n64 = n.to(tl.int64)
+    COLS: tl.constexpr = BLOCK_N // SEGS  # sequences per program (SEGS chunks side by side)
+    n_chunks = tl.num_programs(1) * SEGS
+    first = tl.program_id(1) * SEGS  # the program's first chunk in time
+    col = pid_n * COLS + tl.arange(0, COLS)
+    col_ok = col < N
+    col64 = col.to(tl.int64)
     rows = tl.arange(0, BLOCK_T)
 
-    # The carry entering this chunk: `boot` is the initial state for the generic scan and the
-    # traces; then the composites of the chunks that come before it in scan order.
-    carry = tl.zeros([BLOCK_N], dtype=ACC)
+    # The carry entering the program's first chunk in scan order, s: `boot` is the initial
+    # state for the generic scan and the traces; then the composites of the chunks before it.
+    carry = tl.zeros([COLS], dtype=ACC)
     if HAS_BOOT and (KIND == SCAN or KIND == TRACES):
-        carry = tl.load(boot + n64 * b_n, mask=n_ok, other=0).to(ACC)
-    s = n_chunks - 1 - chunk if REVERSE else chunk  # this chunk's place in scan order
+        carry = tl.load(boot + col64 * b_n, mask=col_ok, other=0).to(ACC)
+    s = n_chunks - SEGS - first if REVERSE else first
     if READ_TOTALS:
         if GROUP == 1:  # the chunk totals of every earlier chunk
-            carry = _fold(carry, totals, n_chunks, s, N, n64, n_ok, REVERSE, FOLD)
+            carry = _fold(carry, totals, n_chunks, s, N, col64, col_ok, REVERSE, FOLD)
         else:  # the totals of the earlier groups, then the group's own prefix
             n_groups = tl.cdiv(n_chunks, GROUP)
-            group_totals = totals + 4 * n_chunks.to(tl.int64) * N
-            carry = _fold(carry, group_totals, n_groups, s // GROUP, N, n64, n_ok, False, FOLD)
+            group_totals = _group_totals_at(totals, n_chunks, N)
+            carry = _fold(carry, group_totals, n_groups, s // GROUP, N, col64, col_ok, False, FOLD)
             if s % GROUP != 0:  # (the first chunk of a group starts from the group's carry)
-                prefix = totals + 2 * n_chunks.to(tl.int64) * N + (s - 1).to(tl.int64) * N + n64
-                a_p = tl.load(prefix, mask=n_ok, other=1)
-                b_p = tl.load(prefix + n_chunks.to(tl.int64) * N, mask=n_ok, other=0)
+                prefix = _prefixes_at(totals, n_chunks, N) + (s - 1).to(tl.int64) * N + col64
+                a_p = tl.load(prefix, mask=col_ok, other=1)
+                b_p = tl.load(prefix + n_chunks.to(tl.int64) * N, mask=col_ok, other=0)
                 carry = _apply(a_p, b_p, carry)
 
     STEP: tl.constexpr = BLOCK_T * UNROLL
-    start = chunk * CHUNK
+    if SEGS == 1:
+        n, n_ok, n64, c = col, col_ok, col64, first
+        start = first * CHUNK
+    else:  # lane = seg * COLS + column: chunk first + seg of sequence column
+        lane = tl.arange(0, BLOCK_N)
+        n = pid_n * COLS + lane % COLS
+        n_ok = n < N
+        n64 = n.to(tl.int64)
+        c = first + lane // COLS
+        if READ_TOTALS:
+            carry = _chunk_carries(carry, totals, first, n_chunks, N, col64, col_ok, REVERSE, SEGS)
+        else:
+            carry = tl.zeros([BLOCK_N], dtype=ACC)
+        start = (c * CHUNK)[None, :]  # (a row: tile offsets are [BLOCK_T, BLOCK_N])
     stop = tl.minimum(start + CHUNK, T)
-    n_iters = tl.cdiv(stop - start, STEP)
+    n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
     total_a = tl.full([BLOCK_N], 1, dtype=ACC)
     total_b = tl.zeros([BLOCK_N], dtype=ACC)
     for i in range(0, n_iters):
@@ -591,6 +659,7 @@ def scan_kernel(
                 KIND,
                 TRACE,
                 REVERSE,
+                FLIP,
                 ACC,
                 HAS_TERM,
                 HAS_TRUNC,
@@ -607,7 +676,7 @@ def scan_kernel(
                 BLOCK_T,
             )
     if WRITE_TOTALS:
-        tl.store(totals + chunk * N + n64, total_a, mask=n_ok)
-        tl.store(totals + (n_chunks + chunk) * N + n64, total_b, mask=n_ok)
+        tl.store(totals + c * N + n64, total_a, mask=n_ok)
+        tl.store(totals + (n_chunks + c) * N + n64, total_b, mask=n_ok)
         if GROUP > 1:
-            _group_prefixes(totals, counters, s, n_chunks, N, n64, n_ok, REVERSE, GROUP)
+            _group_prefixes(totals, counters, s, n_chunks, N, col64, col_ok, REVERSE, GROUP, SEGS)
