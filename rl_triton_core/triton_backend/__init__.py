@@ -90,7 +90,8 @@ class Plan(NamedTuple):
     segs: int = 1  # chunks a program runs side by side (consecutive in time)
 
 
-# Estimators whose few-long-sequence plan runs several chunks side by side in a program.
+# Estimators whose few-long-sequence plan runs several chunks side by side in a program
+# (sweep 11: faster there for these three, slower for the estimators that read more inputs).
 _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value)
 
 
@@ -103,11 +104,15 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     """
     max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
     segs = 1
-    if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path
+    if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path: time-major N <= 3
+        # runs two chunks side by side, N of 4-5 two-row tiles (flipped in reverse scans), more
+        # one-row tiles; batch-major four-row tiles
         block_t, block_n, unroll, warps = (2, 4, 2, 1) if time_major else (4, 2, 2, 1)
         min_chunk, target = 8, 16  # up to 16 chunks: groups, partial groups, several folds
-        if time_major and N <= 3:  # two chunks side by side in a program
+        if time_major and N <= 3:
             block_n, segs, min_chunk = 8, 2, 16
+        elif time_major and N >= 6:
+            block_t, unroll = 1, 4
     else:
         sms = _sm_count(device.index or 0)
         wide = time_major and N > 16 and kind != kernels.VTRACE.value
@@ -123,9 +128,9 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         elif time_major and N <= 16 and T >= 8192:
             # few long sequences: ~4 sqrt(T) one-warp programs of ~sqrt(T) / 4 steps (the
             # two-level carry-in keeps many chunks cheap), each with 8 x 16 tiles; from
-            # T = 65536, the forward-only recurrences run 128 / cols chunks side by side in a
-            # program instead, so that each thread scans its own columns in registers (GAE,
-            # TD(lambda) and Retrace measured slower that way)
+            # T = 65536, the estimators with the fewest inputs run 128 / cols chunks side by
+            # side in a program instead, so that each thread scans its own columns in
+            # registers (GAE, TD(lambda), V-trace and Retrace measured slower that way)
             min_chunk = max(32, triton.next_power_of_2(math.isqrt(T)) // 4)
             block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
             if T >= 65536 and kind in _SIDE_BY_SIDE:
@@ -268,7 +273,8 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         # tests fold several groups
         FOLD=(fold := 2 if _INTERPRETED else min(1024, max(2, 256 * plan.num_warps // cols))),
         # chunks per group of the two-level carry-in (1: none): enough that the scan pass folds
-        # at most FOLD group totals, as far as the group's own scan keeps <= 64 totals a thread
+        # at most FOLD group totals, as far as the group's own scan keeps <= 32 totals a thread
+        # (past that, more groups)
         GROUP=_group_size(plan, fold),
         num_warps=plan.num_warps,
     )
@@ -291,9 +297,10 @@ def _group_size(plan: Plan, fold: int) -> int:
     if plan.n_chunks <= (2 if _INTERPRETED else 8) * fold:
         return 1
     # at most 32 totals a thread in the group's scan: its registers count for the whole totals
-    # launch (64 a thread took 238 registers and measured twice the time of the scan launch)
+    # launch (64 a thread took 238 registers; that launch then took up to twice the time of
+    # the scan launch, sweep 11)
     rows = 32 * 32 * plan.num_warps // (plan.block_n // plan.segs)
-    most = 2 if _INTERPRETED else max(2, rows)
+    most = 2 * plan.segs if _INTERPRETED else max(2, rows)  # (interpreter: 2 programs a group)
     # (a program's chunks stay in one group)
     return max(plan.segs, min(triton.next_power_of_2(triton.cdiv(plan.n_chunks, fold)), most))
 

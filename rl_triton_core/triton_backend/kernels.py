@@ -1,19 +1,20 @@
 """Triton kernels: one generic fused scan kernel, specialised per estimator at compile time.
 
-A program owns ``BLOCK_N`` sequences and one chunk of the time axis. It walks the chunk in
-tiles of ``BLOCK_T`` steps (against the scan direction's order), builds each tile's
-coefficients ``(a_t, b_t)`` in registers from the raw inputs (:func:`_coefficients`), scans the
-tile with ``tl.associative_scan`` and :func:`_combine`, applies the carried state, writes the
+A program owns ``BLOCK_N`` sequences and one chunk of the time axis (or ``SEGS`` chunks of
+``BLOCK_N / SEGS`` sequences, side by side in its tiles). It walks the chunk in tiles of
+``BLOCK_T`` steps (against the scan direction's order), builds each tile's coefficients
+``(a_t, b_t)`` in registers from the raw inputs (:func:`_coefficients`), scans the tile with
+``tl.associative_scan`` and :func:`_combine`, applies the carried state, writes the
 estimator's outputs and carries the state to the next tile. Nothing but the outputs is written.
 
 When there are too few sequences to fill the GPU, the time axis is split into chunks run by
 different programs, or side by side in one program (``SEGS``): a chunked two-level scan. A
 first launch (``WRITE_TOTALS``) reduces each chunk to its composite map ``x_in -> x_out``; the
 second (``READ_TOTALS``) folds the composites of the chunks it depends on into its carry-in,
-then runs as above. With many chunks the carry-in
-is two-level (``GROUP`` > 1, :func:`_group_prefixes`): the last program of each group of chunks
-to finish the first launch writes the group's prefixes and total, so that the second folds a few
-group totals and one prefix instead of every earlier chunk's total.
+then runs as above. With many chunks the carry-in is two-level (``GROUP`` > 1,
+:func:`_group_prefixes`): the last program of each group of chunks to finish the first launch
+writes the group's prefixes and total, so that the second folds a few group totals and one
+prefix instead of every earlier chunk's total.
 
 Layout: element ``(t, n)`` of a per-step tensor is at ``t * stride_t + n * stride_n`` (the
 batch axes collapsed by the launcher); offsets are computed in int64. 16-bit and integer
@@ -518,7 +519,7 @@ def scan_kernel(
     out0,
     out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
     totals,  # chunk composites (A, B) in ACC: see _group_prefixes for the layout
-    counters,  # int32 [cdiv(N, BLOCK_N) * n_groups], zero between launches (GROUP > 1)
+    counters,  # int32 [cdiv(N, COLS) * n_groups], zero between launches (GROUP > 1)
     T,
     N,
     CHUNK,
