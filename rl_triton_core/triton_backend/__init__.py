@@ -7,7 +7,6 @@ across programs, then launches :func:`kernels.scan_kernel` once (twice when spli
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
@@ -88,11 +87,19 @@ class Plan(NamedTuple):
     n_chunks: int  # chunks along time
     num_warps: int
     segs: int = 1  # chunks a program runs side by side (consecutive in time)
+    prefetch: bool = False  # a tile's loads issued before the previous tile is written
 
 
 # Estimators whose few-long-sequence plan runs several chunks side by side in a program
 # (sweep 11: faster there for these three, slower for the estimators that read more inputs).
 _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value)
+# Estimators whose plans prefetch (sweep 12; elsewhere 1.0-1.7x slower with it): time-major
+# with a warp per 32 columns 0.92-0.98x the time (Retrace 1.0x), few long sequences (8 x 16
+# tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is carried for its returns),
+# batch-major one-sequence programs 0.90x for eligibility traces / episodic sums.
+_PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
+                  kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
+_PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
 
 
 def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> Plan:
@@ -103,10 +110,11 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     choice stays.
     """
     max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
-    segs = 1
+    segs, prefetch = 1, False
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path: time-major N <= 3
         # runs two chunks side by side, N of 4-5 two-row tiles (flipped in reverse scans), more
-        # one-row tiles; batch-major four-row tiles
+        # one-row tiles; batch-major four-row tiles; odd N prefetches
+        prefetch = N % 2 == 1
         block_t, block_n, unroll, warps = (2, 4, 2, 1) if time_major else (4, 2, 2, 1)
         min_chunk, target = 8, 16  # up to 16 chunks: groups, partial groups, several folds
         if time_major and N <= 3:
@@ -119,6 +127,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
         if wide and (N >= 65536 or (N >= 16384 and T <= 256)):  # a warp per 32 columns, 4-step
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms  # tiles, no split
+            prefetch = kind in _PREFETCH_WIDE
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
         elif time_major and N >= 16384:  # each thread walks its own column row by row
@@ -133,6 +142,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             # registers (GAE, TD(lambda), V-trace and Retrace measured slower that way)
             min_chunk = max(32, triton.next_power_of_2(math.isqrt(T)) // 4)
             block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
+            prefetch = kind in _PREFETCH_FEW_LONG
             if T >= 65536 and kind in _SIDE_BY_SIDE:
                 cols = max(4, triton.next_power_of_2(N))
                 block_n, target, segs = 128, 8 * sms, 128 // cols
@@ -146,6 +156,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         elif N >= 8 * sms:  # time is contiguous: a parallel scan along it, one sequence per
             block_t, block_n, unroll, warps, target = (128 if T <= 128 else 256), 1, 1, 1, 0
+            prefetch = kind == kernels.TRACES.value
         else:  # program (a warp); with few sequences, wider programs split along time
             block_t, warps = (128, 2) if T <= 2048 else (512, 4)
             block_n, unroll, target = 1, 1, 8 * sms
@@ -156,7 +167,8 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     if programs < target and T > min_chunk:
         spans = min(triton.cdiv(target, programs), triton.cdiv(T, min_chunk), max_chunks)
     chunk = triton.cdiv(triton.cdiv(T, spans * segs), step) * step
-    return Plan(block_t, block_n, unroll, chunk, triton.cdiv(T, chunk * segs) * segs, warps, segs)
+    n_chunks = triton.cdiv(T, chunk * segs) * segs
+    return Plan(block_t, block_n, unroll, chunk, n_chunks, warps, segs, prefetch)
 
 
 class _Launch(NamedTuple):
@@ -171,6 +183,7 @@ class _Launch(NamedTuple):
     totals_stride: tuple[int, int, int]
     totals_dtype: torch.dtype
     n_counters: int  # int32 group counters of a split launch (0: none)
+    pointers: tuple[int, ...]  # positions of the launch's tensors among its arguments
     device: torch.device
     direct: dict  # (phase, pointer alignment) -> direct launcher, after a first launch
     counters: dict  # stream -> zeroed group counters (each launch leaves them at zero)
@@ -276,6 +289,7 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         # at most FOLD group totals, as far as the group's own scan keeps <= 32 totals a thread
         # (past that, more groups)
         GROUP=_group_size(plan, fold),
+        PREFETCH=plan.prefetch,
         num_warps=plan.num_warps,
     )
     grid = (triton.cdiv(N, cols), plan.n_chunks // plan.segs)
@@ -285,8 +299,23 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
     totals = (2, plan.n_chunks if meta["GROUP"] == 1 else 2 * plan.n_chunks + n_groups, N)
     counters = grid[0] * n_groups if meta["GROUP"] > 1 else 0
     stride = (totals[1] * totals[2], totals[2], 1)
+    # where the tensors are among the arguments `start` passes (`args`, totals, counters, tail)
+    args = (*x, *flags, *coefs, boot, *outs)
+    pointers = tuple(i for i, a in enumerate(args) if isinstance(a, Tensor))
+    pointers += (len(args),) * (plan.n_chunks > 1) + (len(args) + 1,) * (counters > 0)
     return _Launch(
-        tail, plan, grid, meta, totals, stride, totals_dtype, counters, out0.device, {}, {}
+        tail,
+        plan,
+        grid,
+        meta,
+        totals,
+        stride,
+        totals_dtype,
+        counters,
+        pointers,
+        out0.device,
+        {},
+        {},
     )
 
 
@@ -397,6 +426,10 @@ def _launch(
 def start(launch: _Launch, args: tuple) -> None:
     """Run a described launch on the call's tensors and scalars: once, or when the time axis is
     split, a first pass that writes each chunk's totals and a second that folds them in."""
+    device = launch.device
+    if device.type == "cuda" and device.index != torch._C._cuda_getDevice():
+        with torch.cuda.device(device):  # Triton launches on the current device's stream
+            return start(launch, args)
     split = launch.plan.n_chunks > 1
     totals = counters = None
     if split:
@@ -406,10 +439,9 @@ def start(launch: _Launch, args: tuple) -> None:
     if launch.n_counters:
         counters = _counters(launch)
     args = (*args, totals, counters, *launch.tail)
-    with _on_device(launch.device):
-        if split:
-            _run(launch, args, WRITE_TOTALS=True, READ_TOTALS=False)
-        _run(launch, args, WRITE_TOTALS=False, READ_TOTALS=split)
+    if split:
+        _run(launch, args, True, False)
+    _run(launch, args, False, split)
 
 
 def _counters(launch: _Launch) -> Tensor:
@@ -425,29 +457,23 @@ def _counters(launch: _Launch) -> Tensor:
     return counters
 
 
-def _on_device(device: torch.device):
-    """Triton launches on the current CUDA device's stream: make it the tensors' device when it
-    is another one (``cuda:1`` while ``cuda:0`` is current). One index read on the usual path."""
-    if device.type == "cuda" and device.index != torch._C._cuda_getDevice():
-        return torch.cuda.device(device)
-    return contextlib.nullcontext()
-
-
-def _run(launch: _Launch, args: tuple, **phase: bool) -> None:
+def _run(launch: _Launch, args: tuple, write_totals: bool, read_totals: bool) -> None:
     """One launch of ``scan_kernel``: the direct launcher once the kernel is compiled and
     loaded (on a GPU), else through Triton's JIT (compiles on first use; the interpreter; and
     whenever a profiler has set Triton's launch hooks, which only the JIT calls)."""
     device = launch.device
     if not DIRECT_LAUNCH or device.type != "cuda" or _INTERPRETED or _launch_hooks_set():
-        kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
+        kernels.scan_kernel[launch.grid](
+            *args, WRITE_TOTALS=write_totals, READ_TOTALS=read_totals, **launch.meta
+        )
         return
     # A compiled kernel also depends on which pointers are 16-byte aligned (Triton
     # specialises them); the launch description (shapes, strides, dtypes) does not.
-    aligned = tuple([a.data_ptr() & 15 == 0 for a in args if isinstance(a, Tensor)])
-    key = (phase["WRITE_TOTALS"], phase["READ_TOTALS"], aligned)
+    key = (write_totals, read_totals, *[args[i].data_ptr() & 15 == 0 for i in launch.pointers])
     direct = launch.direct.get(key)
     if direct is not None:
         return direct(launch.grid, device.index, args)
+    phase = dict(WRITE_TOTALS=write_totals, READ_TOTALS=read_totals)
     compiled = kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
     launch.direct[key] = _direct_launcher(compiled, launch.meta, phase)
 

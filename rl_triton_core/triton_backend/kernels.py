@@ -6,6 +6,9 @@ A program owns ``BLOCK_N`` sequences and one chunk of the time axis (or ``SEGS``
 ``(a_t, b_t)`` in registers from the raw inputs (:func:`_coefficients`), scans the tile with
 ``tl.associative_scan`` and :func:`_combine`, applies the carried state, writes the
 estimator's outputs and carries the state to the next tile. Nothing but the outputs is written.
+With ``PREFETCH`` a tile's coefficients (its loads) are built before the previous tile is
+scanned and written, so that its loads are in flight meanwhile: the compiler keeps loads
+after the stores before them, as they might alias.
 
 When there are too few sequences to fill the GPU, the time axis is split into chunks run by
 different programs, or side by side in one program (``SEGS``): a chunked two-level scan. A
@@ -156,7 +159,8 @@ def _coefficients(
 ):
     """(a_t, b_t) of one tile for estimator KIND (see the backend docstrings for the maths).
 
-    Returns ``a, b, c, is_term`` (``c``: the trace continues into step t+1). One if/elif
+    Returns ``a, b, c, is_term, v`` (``c``: the trace continues into step t+1; ``v``: the
+    values tile where GAE and V-trace read it, for their outputs, else zeros). One if/elif
     chain on constexprs, so that each specialisation compiles only its own branch.
     """
     is_term = _flag(term, foff, mask, HAS_TERM)
@@ -212,15 +216,19 @@ def _coefficients(
             # A_t = delta_t + g_t l_t c_t A_{t+1}
             lam = _coef(lmbda, koff, mask, L_T, ACC)
             a = tl.where(c, g * lam + zero, zero)
-            b = r + boot_term - _load(x1, off, mask, ACC)
+            v = _load(x1, off, mask, ACC)
+            b = r + boot_term - v
         else:  # VTRACE: D_t = rho_t delta_t + g_t kappa_t c_t D_{t+1}
             lam = _coef(lmbda, koff, mask, L_T, ACC)
             w = tl.exp(_load(x3, off, mask, ACC) - _load(x4, off, mask, ACC))
             rho = _min(w, _coef(k0, koff, mask, K0_T, ACC))
             kappa = lam * _min(w, _coef(k1, koff, mask, K1_T, ACC))
             a = tl.where(c, g * kappa, zero)
-            b = rho * (r + boot_term - _load(x1, off, mask, ACC))
-    return a, b, c, is_term
+            v = _load(x1, off, mask, ACC)
+            b = rho * (r + boot_term - v)
+    if KIND != GAE and KIND != VTRACE:
+        v = zero
+    return a, b, c, is_term, v
 
 
 @triton.jit
@@ -230,67 +238,28 @@ def _row(x, rows, k):
 
 
 @triton.jit
-def _tile(
-    x0,
-    x1,
-    x2,
-    x3,
-    x4,
-    term,
-    trunc,
-    gamma,
-    lmbda,
-    k0,
-    k1,
-    k2,
-    boot,
-    out0,
-    out1,
-    t0,
-    rows,
-    n,
-    n_ok,
-    carry,
-    total_a,
-    total_b,
-    stop,
-    T,
-    s_t,
-    s_n,
-    f_t,
-    f_n,
-    k_t,
-    k_n,
-    b_n,
-    o0_t,
-    o0_n,
-    o1_t,
-    o1_n,
-    KIND: tl.constexpr,
-    TRACE: tl.constexpr,
-    REVERSE: tl.constexpr,
-    FLIP: tl.constexpr,
-    ACC: tl.constexpr,
-    HAS_TERM: tl.constexpr,
-    HAS_TRUNC: tl.constexpr,
-    HAS_NEXT: tl.constexpr,
-    HAS_VALUES: tl.constexpr,
-    HAS_BOOT: tl.constexpr,
-    G_T: tl.constexpr,
-    L_T: tl.constexpr,
-    K0_T: tl.constexpr,
-    K1_T: tl.constexpr,
-    K2_T: tl.constexpr,
-    WRITE_TOTALS: tl.constexpr,
-    IDX64: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-):
-    """One tile of BLOCK_T steps x BLOCK_N sequences: build (a, b), scan, apply the carry,
-    write the outputs (or fold the tile into the chunk's composite). Returns the new state.
+def _neighbours(x, rows, cols, NEXT: tl.constexpr, fill):
+    """Row r of ``x`` (``[R, C]``, ``rows = arange(R)``, ``cols``: any int32 ``[C]``) replaced
+    by row r + 1 (NEXT) or r - 1; the edge row, which has none, takes ``fill`` (``[C]``)."""
+    R: tl.constexpr = x.shape[0]
+    if NEXT:
+        src = tl.minimum(rows + 1, R - 1)
+        edge = R - 1
+    else:
+        src = tl.maximum(rows - 1, 0)
+        edge = 0
+    y = tl.gather(x, src[:, None] + 0 * cols[None, :], 0)
+    return tl.where(rows[:, None] == edge, fill[None, :], y)
 
-    FLIP (a reverse scan of a tile whose rows are not contiguous in memory) stores the tile's
-    steps in reverse row order, so that the scan runs forward along the rows: Triton lowers a
-    reverse scan with lane shuffles even where a thread holds every row in its registers."""
+
+@triton.jit
+def _tile_offsets(t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n,
+                  FLIP: tl.constexpr, IDX64: tl.constexpr, BLOCK_T: tl.constexpr):  # fmt: skip
+    """Steps, mask and element offsets of the tile whose first step is ``t0``: value inputs,
+    flags and per-step coefficients. FLIP (a reverse scan of a tile whose rows are not
+    contiguous in memory) puts the tile's steps in reverse row order, so that the scan runs
+    forward along the rows: Triton lowers a reverse scan with lane shuffles even where a
+    thread holds every row in its registers."""
     if FLIP:
         t = t0 + (BLOCK_T - 1 - rows)[:, None]
     else:
@@ -307,49 +276,47 @@ def _tile(
     # tiles, instead of 16 a thread in a layout with rows across threads)
     foff = ti * f_t + ((ni // 4) * 4 + ni % 4) * f_n
     koff = ti * k_t + ni * k_n
+    return t, ti, ni, mask, off, foff, koff
+
+
+@triton.jit
+def _tile_coefficients(
+    x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t0, rows, n, n_ok, stop, T,
+    s_t, s_n, f_t, f_n, k_t, k_n, b_n,
+    KIND: tl.constexpr, TRACE: tl.constexpr, FLIP: tl.constexpr, ACC: tl.constexpr,
+    HAS_TERM: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_NEXT: tl.constexpr,
+    HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr, G_T: tl.constexpr, L_T: tl.constexpr,
+    K0_T: tl.constexpr, K1_T: tl.constexpr, IDX64: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """``(a, b, c, is_term, v)`` of the tile whose first step is ``t0`` (see
+    :func:`_coefficients`); steps from ``stop`` on are the identity map."""
+    t, _, ni, mask, off, foff, koff = _tile_offsets(
+        t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, BLOCK_T
+    )
+    a, b, c, is_term, v = _coefficients(
+        x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t, ni, off, off + s_t, foff,
+        foff + f_t, foff - f_t, koff, koff + k_t, mask, T, s_t, b_n, KIND, TRACE, ACC, HAS_TERM,
+        HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T,
+    )  # fmt: skip
+    return tl.where(mask, a, 1), tl.where(mask, b, 0), c, is_term, v  # (padding: the identity)
+
+
+@triton.jit
+def _tile(
+    x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, c, is_term, v, t0, rows, n, n_ok,
+    carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n,
+    KIND: tl.constexpr, REVERSE: tl.constexpr, FLIP: tl.constexpr, ACC: tl.constexpr,
+    HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr, G_T: tl.constexpr,
+    K2_T: tl.constexpr, WRITE_TOTALS: tl.constexpr, IDX64: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """One tile of BLOCK_T steps x BLOCK_N sequences, given its coefficients
+    (:func:`_tile_coefficients`): scan, apply the carry, write the outputs (or fold the tile
+    into the chunk's composite). Returns the new state."""
+    t, ti, ni, mask, off, _, koff = _tile_offsets(
+        t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, BLOCK_T
+    )
     backward: tl.constexpr = REVERSE and not FLIP  # the scan's direction along the rows
     last = 0 if backward else BLOCK_T - 1  # the tile row that the scan reaches last
-    a, b, c, is_term = _coefficients(
-        x0,
-        x1,
-        x2,
-        x3,
-        x4,
-        term,
-        trunc,
-        gamma,
-        lmbda,
-        k0,
-        k1,
-        boot,
-        t,
-        ni,
-        off,
-        off + s_t,
-        foff,
-        foff + f_t,
-        foff - f_t,
-        koff,
-        koff + k_t,
-        mask,
-        T,
-        s_t,
-        b_n,
-        KIND,
-        TRACE,
-        ACC,
-        HAS_TERM,
-        HAS_TRUNC,
-        HAS_NEXT,
-        HAS_VALUES,
-        HAS_BOOT,
-        G_T,
-        L_T,
-        K0_T,
-        K1_T,
-    )
-    a = tl.where(mask, a, 1)  # padding is the identity map
-    b = tl.where(mask, b, 0)
     A, B = tl.associative_scan((a, b), 0, _combine, reverse=backward)
     if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
         total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
@@ -357,20 +324,14 @@ def _tile(
         x = _apply(A, B, carry[None, :])
         x_out = x
         if KIND == GAE:  # returns = advantages + values
-            ret = x + _load(x1, off, mask, ACC)
+            ret = x + v
             tl.store(out1 + ti * o1_t + ni * o1_n, ret, mask=mask)
         if KIND == VTRACE:
             # vs_t = v_t + D_t; pg_t = min(pg_rho_bar, w_t) (r_t + g_t (1 - term_t) u_t - v_t)
             # with u_t = vs_{t+1} where c_t, else nv_t. D_{t+1} of the tile's last step is the
             # carry that entered the tile (step t + 1 is the next row, the previous if FLIP).
-            v = _load(x1, off, mask, ACC)
             x_out = x + v
-            if FLIP:
-                after = tl.maximum(rows - 1, 0)
-            else:
-                after = tl.minimum(rows + 1, BLOCK_T - 1)
-            d_next = tl.gather(x, after[:, None] + 0 * n[None, :], 0)
-            d_next = tl.where(rows[:, None] == BLOCK_T - 1 - last, carry[None, :], d_next)
+            d_next = _neighbours(x, rows, n, not FLIP, carry)
             inside = mask & (t + 1 < T)
             vs_next = _load(x1, off + s_t, inside, ACC) + d_next
             nv = _next_value(
@@ -486,12 +447,8 @@ def _chunk_carries(carry, totals, first, n_chunks, N, col64, col_ok, REVERSE: tl
     b = tl.load(at + n_chunks.to(tl.int64) * N, mask=col_ok[None, :], other=0)
     A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
     after = _apply(A, B, carry[None, :])  # the state after each chunk
-    if REVERSE:  # a chunk starts from the state after the chunk before it in scan order
-        before, edge = tl.minimum(segs + 1, SEGS - 1), SEGS - 1
-    else:
-        before, edge = tl.maximum(segs - 1, 0), 0
-    entering = tl.gather(after, before[:, None] + 0 * col64[None, :].to(tl.int32), 0)
-    entering = tl.where(segs[:, None] == edge, carry[None, :], entering)
+    # a chunk starts from the state after the chunk before it in scan order
+    entering = _neighbours(after, segs, col64.to(tl.int32), REVERSE, carry)
     return tl.reshape(entering, [SEGS * col64.shape[0]])
 
 
@@ -558,6 +515,7 @@ def scan_kernel(
     UNROLL: tl.constexpr,
     FOLD: tl.constexpr,
     GROUP: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """Grid ``(cdiv(N, COLS), n_chunks / SEGS)``. Each loop iteration handles UNROLL
     consecutive tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread
@@ -615,67 +573,42 @@ def scan_kernel(
     n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
     total_a = tl.full([BLOCK_N], 1, dtype=ACC)
     total_b = tl.zeros([BLOCK_N], dtype=ACC)
+    # PREFETCH: each tile's coefficients are built (its loads issued) before the previous
+    # tile is scanned and written, so that its loads are in flight meanwhile
+    if PREFETCH:
+        t0 = start
+        if REVERSE:
+            t0 += n_iters * STEP - BLOCK_T
+        a, b, cont, is_term, v = _tile_coefficients(
+            x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t0, rows, n, n_ok, stop,
+            T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM, HAS_TRUNC,
+            HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+        )  # fmt: skip
     for i in range(0, n_iters):
         for k in tl.static_range(UNROLL):
             if REVERSE:
                 t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
             else:
                 t0 = start + i * STEP + k * BLOCK_T
+            if PREFETCH:  # the next tile in walk order (past the chunk: masked, or clamped)
+                t1 = tl.maximum(t0 - BLOCK_T, start) if REVERSE else t0 + BLOCK_T
+            else:
+                t1 = t0
+            a1, b1, cont1, is_term1, v1 = _tile_coefficients(
+                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t1, rows, n, n_ok,
+                stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
+                HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+            )  # fmt: skip
+            if not PREFETCH:
+                a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
             carry, total_a, total_b = _tile(
-                x0,
-                x1,
-                x2,
-                x3,
-                x4,
-                term,
-                trunc,
-                gamma,
-                lmbda,
-                k0,
-                k1,
-                k2,
-                boot,
-                out0,
-                out1,
-                t0,
-                rows,
-                n,
-                n_ok,
-                carry,
-                total_a,
-                total_b,
-                stop,
-                T,
-                s_t,
-                s_n,
-                f_t,
-                f_n,
-                k_t,
-                k_n,
-                b_n,
-                o0_t,
-                o0_n,
-                o1_t,
-                o1_n,
-                KIND,
-                TRACE,
-                REVERSE,
-                FLIP,
-                ACC,
-                HAS_TERM,
-                HAS_TRUNC,
-                HAS_NEXT,
-                HAS_VALUES,
-                HAS_BOOT,
-                G_T,
-                L_T,
-                K0_T,
-                K1_T,
-                K2_T,
-                WRITE_TOTALS,
-                IDX64,
-                BLOCK_T,
-            )
+                x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, cont, is_term, v, t0, rows,
+                n, n_ok, carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n,
+                o0_t, o0_n, o1_t, o1_n, KIND, REVERSE, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT,
+                G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T,
+            )  # fmt: skip
+            if PREFETCH:
+                a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
     if WRITE_TOTALS:
         tl.store(totals + c * N + n64, total_a, mask=n_ok)
         tl.store(totals + (n_chunks + c) * N + n64, total_b, mask=n_ok)
