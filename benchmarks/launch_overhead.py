@@ -10,7 +10,8 @@ the public function, with fresh outputs and with ``out=``, in three configuratio
 * ``direct+replay``: the default: a repeated call replays its recorded launch
   (rl_triton_core/_replay.py) after one dictionary lookup.
 
-The configurations take turns, five rounds, best round each (this host's timings drift).
+The three configurations take turns, five rounds, best round each (this host's timings
+drift); the rows for scale are best of three rounds.
 
 For scale: two ``torch.empty``, an empty Triton kernel through the JIT, one eager op, and the
 replay of a CUDA graph holding the call. Every configuration's result is checked against the
@@ -65,6 +66,7 @@ def main():
             raise SystemExit(f"{label}: max error {err:.3g}")
 
     configs = {"jit": (False, False), "direct": (True, False), "direct+replay": (True, True)}
+    settings = tb.DIRECT_LAUNCH, _replay.ENABLED  # (from the environment; restored below)
     res = {}
     for _ in range(5):
         for label, (direct, replay) in configs.items():
@@ -80,7 +82,7 @@ def main():
                 (f"gae public, out=, {label}", lambda: rtc.gae(r, v, d, **kw, out=(adv, ret))),
             ):
                 res[key] = min(res.get(key, float("inf")), per_call(fn, rounds=1))
-    tb.DIRECT_LAUNCH, _replay.ENABLED = True, True
+    tb.DIRECT_LAUNCH, _replay.ENABLED = settings
 
     res["torch.empty x2"] = per_call(
         lambda: (torch.empty(T, N, device=dev), torch.empty(T, N, device=dev))

@@ -293,9 +293,10 @@ def test_cuda_graph_capture_and_replay(T, N):
 
 @pytest.mark.parametrize("T,N,time_dim", [(300, 70, 0), (131_072, 16, 0), (4096, 3, 1)])
 def test_direct_launch_agrees_with_the_jit_bit_for_bit(T, N, time_dim, monkeypatch):
-    """Every estimator through Triton's JIT and through the direct launch (the default), each
-    on its first (recorded) and on replayed calls: bit-identical outputs, a split call with
-    groups ((131072, 16)) included."""
+    """Every estimator three times with every launch through Triton's JIT, then three times
+    with direct launches on (the default: the first call compiles through the JIT and records,
+    the two replayed calls launch directly): bit-identical outputs, a split call with groups
+    ((131072, 16)) included."""
     import rl_triton_core.triton_backend as tb
     from rl_triton_core import _replay
 

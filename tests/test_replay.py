@@ -135,6 +135,40 @@ def test_split_time_axis_replay(device, launcher_calls):
         assert_close(g, w, torch.float32, name="split replay")
 
 
+@pytest.mark.skipif(not TRITON_INTERPRET, reason="needs TRITON_INTERPRET=1")
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_launch_records_where_its_tensors_are(fn, monkeypatch):
+    """A direct launch keys its compiled kernel on the 16-byte alignment of the pointers at
+    ``launch.pointers`` alone (GPU only): those positions must be exactly where the launch's
+    tensors are, for every estimator, split launches (chunk totals, group counters) and float64
+    coefficient tensors included."""
+    from rl_triton_core import triton_backend
+
+    seen = []
+    real = triton_backend._run
+
+    def run(launch, args, *phase):
+        seen.append(
+            (launch.pointers, tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor)))
+        )
+        return real(launch, args, *phase)
+
+    monkeypatch.setattr(triton_backend, "_run", run)
+    for shape, dtype, truncation, tensor_gamma in (
+        ((7, 3), torch.float32, False, True),
+        ((40, 2), torch.float64, True, False),  # split in chunks; float64 coefficient tensors
+        ((3, 40), torch.float32, True, False),  # batch-major, split
+    ):
+        time_dim = 0 if shape[0] > shape[1] or shape == (7, 3) else 1
+        d = _inputs(fn, shape, time_dim, "cpu", dtype, 1, truncation=truncation,
+                    tensor_gamma=tensor_gamma)  # fmt: skip
+        _call(fn, d, time_dim=time_dim, backend="triton")
+    # (15: the chunk totals' place, after 5 value inputs, 2 flags, 5 coefficients, boot, 2 outputs)
+    assert any(15 in tensors for _, tensors in seen), "no split launch"
+    for pointers, tensors in seen:
+        assert pointers == tensors, f"{fn}: pointers {pointers}, tensors at {tensors}"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_group_counters_return_to_zero(device):
     """A call split in many chunks takes the two-level carry-in (GROUP > 1): its group counters

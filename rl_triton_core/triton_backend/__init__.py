@@ -93,10 +93,11 @@ class Plan(NamedTuple):
 # Estimators whose few-long-sequence plan runs several chunks side by side in a program
 # (sweep 11: faster there for these three, slower for the estimators that read more inputs).
 _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value)
-# Estimators whose plans prefetch (sweep 12; elsewhere 1.0-1.7x slower with it): time-major
-# with a warp per 32 columns 0.92-0.98x the time (Retrace 1.0x), few long sequences (8 x 16
-# tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is carried for its returns),
-# batch-major one-sequence programs 0.90x for eligibility traces / episodic sums.
+# Estimators whose plans prefetch (sweep 12): time-major with a warp per 32 columns
+# 0.92-0.98x the time (Retrace 1.0x), few long sequences (8 x 16 tiles) 0.78x for V-trace and
+# 0.95x for GAE (GAE's values tile is carried for its returns), batch-major one-sequence
+# programs 0.90x for eligibility traces / episodic sums; elsewhere 0.98-1.7x, no gain beyond
+# noise.
 _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
@@ -264,7 +265,7 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         KIND=kind,
         TRACE=trace,
         REVERSE=reverse,
-        FLIP=reverse and time_major and plan.block_t > 1,  # (see kernels._tile)
+        FLIP=reverse and time_major and plan.block_t > 1,  # (see kernels._tile_offsets)
         ACC=acc,
         HAS_TERM=flags[0] is not None,
         HAS_TRUNC=flags[1] is not None,

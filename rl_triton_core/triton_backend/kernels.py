@@ -590,7 +590,8 @@ def scan_kernel(
                 t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
             else:
                 t0 = start + i * STEP + k * BLOCK_T
-            if PREFETCH:  # the next tile in walk order (past the chunk: masked, or clamped)
+            if PREFETCH:  # the next tile in walk order; past the chunk, masked (forward) or
+                # clamped to its first tile (reverse: reloaded once, unused)
                 t1 = tl.maximum(t0 - BLOCK_T, start) if REVERSE else t0 + BLOCK_T
             else:
                 t1 = t0
