@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _support import as_tuple
 
 import rl_triton_core as rtc
 
@@ -315,9 +316,7 @@ def test_direct_launch_agrees_with_the_jit_bit_for_bit(T, N, time_dim, monkeypat
     for direct, runs in results.items():
         for run in runs:
             for name, w in want.items():
-                g = run[name]
-                g, w = (g if isinstance(g, tuple) else (g,)), (w if isinstance(w, tuple) else (w,))
-                for gi, wi in zip(g, w, strict=True):
+                for gi, wi in zip(as_tuple(run[name]), as_tuple(w), strict=True):
                     assert torch.equal(gi, wi), f"{name}: direct={direct} differs from the JIT"
 
 

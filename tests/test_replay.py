@@ -154,12 +154,11 @@ def test_launch_records_where_its_tensors_are(fn, monkeypatch):
         return real(launch, args, *phase)
 
     monkeypatch.setattr(triton_backend, "_run", run)
-    for shape, dtype, truncation, tensor_gamma in (
-        ((7, 3), torch.float32, False, True),
-        ((40, 2), torch.float64, True, False),  # split in chunks; float64 coefficient tensors
-        ((3, 40), torch.float32, True, False),  # batch-major, split
+    for shape, time_dim, dtype, truncation, tensor_gamma in (
+        ((7, 3), 0, torch.float32, False, True),
+        ((40, 2), 0, torch.float64, True, False),  # split in chunks; float64 coefficient tensors
+        ((3, 40), 1, torch.float32, True, False),  # batch-major, split
     ):
-        time_dim = 0 if shape[0] > shape[1] or shape == (7, 3) else 1
         d = _inputs(fn, shape, time_dim, "cpu", dtype, 1, truncation=truncation,
                     tensor_gamma=tensor_gamma)  # fmt: skip
         _call(fn, d, time_dim=time_dim, backend="triton")
