@@ -320,9 +320,40 @@ def test_direct_launch_agrees_with_the_jit_bit_for_bit(T, N, time_dim, monkeypat
                     assert torch.equal(gi, wi), f"{name}: direct={direct} differs from the JIT"
 
 
+@pytest.mark.parametrize("T,N,time_dim", [(300, 70, 0), (4096, 3, 1)])
+def test_misaligned_call_after_an_aligned_one(T, N, time_dim):
+    """The same call signature (shapes, strides, dtypes) with tensors 16-byte aligned, then
+    offset by one element, then aligned again: Triton compiles per pointer alignment, so the
+    direct launcher must key on it (a kernel compiled for aligned pointers vectorises its
+    accesses). Every estimator right each time, and a second direct launcher recorded."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core import _replay
+
+    gen = torch.Generator(device=CUDA).manual_seed(12)
+    shape = (T, N) if time_dim == 0 else (N, T)
+    d = _inputs(shape, time_dim, torch.float32, gen)
+
+    def misaligned(x):
+        buf = torch.empty(x.numel() + 16, dtype=x.dtype, device=CUDA)
+        y = buf[1 : 1 + x.numel()].view(x.shape)
+        assert y.stride() == x.stride() and y.data_ptr() % 16 != 0
+        return y.copy_(x)
+
+    tb._LAUNCHES.clear()
+    _replay._PLANS.clear()
+    want = _run_all(_f64(d), time_dim, "torch")
+    for label, inputs in (("aligned", d), ("misaligned", {k: misaligned(v) for k, v in d.items()}),
+                          ("aligned again", d)):  # fmt: skip
+        for _ in range(2):  # (a first call records; the second replays)
+            got = _run_all(inputs, time_dim, "triton", out_like=d["rewards"])
+            _close_all(got, want, torch.float32, label)
+    keys = [len(launch.direct) for launch in tb._LAUNCHES.values()]
+    assert keys and min(keys) >= 2, f"direct launchers per launch: {keys}"
+
+
 def test_same_call_on_two_streams_at_once():
-    """The same split call (one launch description, group counters) running concurrently on
-    two streams: each stream has its own counters, so both results are right."""
+    """The same split call (one launch description, a group pass) running concurrently on two
+    streams: each call has its own chunk totals, so both results are right."""
     gen = torch.Generator(device=CUDA).manual_seed(10)
     T, N = 131_072, 16
     data = [_inputs((T, N), 0, torch.float32, gen) for _ in range(2)]

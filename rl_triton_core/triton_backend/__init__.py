@@ -2,7 +2,8 @@
 
 The launcher reads strides (never copies the common layouts), collapses the batch axes into
 one index, picks the tile shape from the layout and decides whether to split the time axis
-across programs, then launches :func:`kernels.scan_kernel` once (twice when split).
+across programs, then launches :func:`kernels.scan_kernel` once (two or three times when split:
+see :func:`start`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ class Plan(NamedTuple):
     segs: int = 1  # chunks a program runs side by side (consecutive in time)
     prefetch: bool = False  # a tile's loads issued before the previous tile is written
 
+    @property
+    def cols(self) -> int:
+        """Sequences per program (its tiles hold ``segs`` chunks of them side by side)."""
+        return self.block_n // self.segs
+
 
 # Estimators whose few-long-sequence plan runs several chunks side by side in a program
 # (sweep 11: faster there for these three, slower for the estimators that read more inputs).
@@ -162,7 +168,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, warps = (128, 2) if T <= 2048 else (512, 4)
             block_n, unroll, target = 1, 1, 8 * sms
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
-    programs = triton.cdiv(N, block_n // segs)
+    programs = triton.cdiv(N, block_n // segs)  # (Plan.cols programs along the sequences)
     step = block_t * unroll
     spans = 1  # programs along time, each min_chunk steps or more
     if programs < target and T > min_chunk:
@@ -181,13 +187,12 @@ class _Launch(NamedTuple):
     grid: tuple[int, int]
     meta: dict
     totals_shape: tuple[int, int, int]
-    totals_stride: tuple[int, int, int]
+    totals_stride: tuple[int, int, int]  # (contiguous: kept so that a call does no arithmetic)
     totals_dtype: torch.dtype
-    n_counters: int  # int32 group counters of a split launch (0: none)
+    group_grid: tuple[int, int] | None  # the group pass's grid (two-level carry-in), or None
     pointers: tuple[int, ...]  # positions of the launch's tensors among its arguments
     device: torch.device
     direct: dict  # (phase, pointer alignment) -> direct launcher, after a first launch
-    counters: dict  # stream -> zeroed group counters (each launch leaves them at zero)
 
 
 # Direct launches (see `_direct_launcher`): on by default since they passed the GPU suite on an
@@ -257,7 +262,7 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
     # memory, a scan along time when time is (batch-major layouts; a single sequence).
     time_major = N > 1 and (abs(s_t) >= abs(s_n) if s_n else True)
     plan = _plan(kind, T, N, time_major, out0.device)
-    cols = plan.block_n // plan.segs  # sequences per program
+    cols = plan.cols
     strides = (s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n)
     # The largest element offset any load or store can form (t + 1 steps, all sequences).
     reach = max((T + 1) * abs(st) + N * abs(sn) for st, sn in zip(strides[::2], strides[1::2]))
@@ -298,38 +303,27 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
     tail = (T, N, plan.chunk, *strides)
     n_groups = triton.cdiv(plan.n_chunks, meta["GROUP"])
     totals = (2, plan.n_chunks if meta["GROUP"] == 1 else 2 * plan.n_chunks + n_groups, N)
-    counters = grid[0] * n_groups if meta["GROUP"] > 1 else 0
     stride = (totals[1] * totals[2], totals[2], 1)
-    # where the tensors are among the arguments `start` passes (`args`, totals, counters, tail)
+    group_grid = (grid[0], n_groups) if meta["GROUP"] > 1 else None
+    # where the tensors are among the arguments `start` passes (`args`, totals, tail)
     args = (*x, *flags, *coefs, boot, *outs)
     pointers = tuple(i for i, a in enumerate(args) if isinstance(a, Tensor))
-    pointers += (len(args),) * (plan.n_chunks > 1) + (len(args) + 1,) * (counters > 0)
+    pointers += (len(args),) * (plan.n_chunks > 1)
     return _Launch(
-        tail,
-        plan,
-        grid,
-        meta,
-        totals,
-        stride,
-        totals_dtype,
-        counters,
-        pointers,
-        out0.device,
-        {},
-        {},
+        tail, plan, grid, meta, totals, stride, totals_dtype, group_grid, pointers, out0.device, {}
     )
 
 
 def _group_size(plan: Plan, fold: int) -> int:
     """Chunks per group (a power of two) for the two-level carry-in; 1 (none) when folding the
     chunk totals takes at most 8 round trips (2 under the interpreter, so that CPU tests take
-    both paths): at 17 chunks the group step measured up to 17% slower than the fold."""
+    both paths): at 17 chunks the group step (sweep 9, then part of the totals launch) measured
+    up to 17% slower than the fold."""
     if plan.n_chunks <= (2 if _INTERPRETED else 8) * fold:
         return 1
-    # at most 32 totals a thread in the group's scan: its registers count for the whole totals
-    # launch (64 a thread took 238 registers; that launch then took up to twice the time of
-    # the scan launch, sweep 11)
-    rows = 32 * 32 * plan.num_warps // (plan.block_n // plan.segs)
+    # at most 32 totals a thread in the group pass's scan (64 a thread took 238 registers in
+    # sweep 11)
+    rows = 32 * 32 * plan.num_warps // plan.cols
     most = 2 * plan.segs if _INTERPRETED else max(2, rows)  # (interpreter: 2 programs a group)
     # (a program's chunks stay in one group)
     return max(plan.segs, min(triton.next_power_of_2(triton.cdiv(plan.n_chunks, fold)), most))
@@ -424,59 +418,58 @@ def _launch(
             r.copy_(o)
 
 
+class _Phase(NamedTuple):
+    """Which part of a split scan a launch runs (``scan_kernel``'s constexprs of that name)."""
+
+    WRITE_TOTALS: bool = False  # each chunk's composite, nothing else
+    READ_TOTALS: bool = False  # the carry-in from the totals, then the scan and the outputs
+    GROUP_PASS: bool = False  # in-group prefixes and group totals (two-level carry-in)
+
+
+_WHOLE, _TOTALS, _GROUPS, _CARRIED = (
+    _Phase(),
+    _Phase(WRITE_TOTALS=True),
+    _Phase(GROUP_PASS=True),
+    _Phase(READ_TOTALS=True),
+)
+
+
 def start(launch: _Launch, args: tuple) -> None:
     """Run a described launch on the call's tensors and scalars: once, or when the time axis is
-    split, a first pass that writes each chunk's totals and a second that folds them in."""
+    split, a first launch that writes each chunk's totals, with many chunks a second that scans
+    them by groups, and a last that folds them in and scans."""
     device = launch.device
     if device.type == "cuda" and device.index != torch._C._cuda_getDevice():
         with torch.cuda.device(device):  # Triton launches on the current device's stream
             return start(launch, args)
-    split = launch.plan.n_chunks > 1
-    totals = counters = None
-    if split:
-        totals = _replay.empty(
-            launch.totals_shape, launch.totals_stride, launch.totals_dtype, launch.device
-        )
-    if launch.n_counters:
-        counters = _counters(launch)
-    args = (*args, totals, counters, *launch.tail)
-    if split:
-        _run(launch, args, True, False)
-    _run(launch, args, False, split)
+    if launch.plan.n_chunks == 1:
+        return _run(launch, (*args, None, *launch.tail), launch.grid, _WHOLE)
+    totals = _replay.empty(
+        launch.totals_shape, launch.totals_stride, launch.totals_dtype, launch.device
+    )
+    args = (*args, totals, *launch.tail)
+    _run(launch, args, launch.grid, _TOTALS)
+    if launch.group_grid is not None:
+        _run(launch, args, launch.group_grid, _GROUPS)
+    _run(launch, args, launch.grid, _CARRIED)
 
 
-def _counters(launch: _Launch) -> Tensor:
-    """The group counters of a launch on the current stream: allocated zeroed once, and left
-    at zero by every launch. One set per stream, so that the same call running concurrently
-    on two streams does not share them."""
-    device = launch.device
-    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
-    counters = launch.counters.get(stream)
-    if counters is None:
-        counters = torch.zeros(launch.n_counters, dtype=torch.int32, device=device)
-        launch.counters[stream] = counters
-    return counters
-
-
-def _run(launch: _Launch, args: tuple, write_totals: bool, read_totals: bool) -> None:
+def _run(launch: _Launch, args: tuple, grid: tuple[int, int], phase: _Phase) -> None:
     """One launch of ``scan_kernel``: the direct launcher once the kernel is compiled and
     loaded (on a GPU), else through Triton's JIT (compiles on first use; the interpreter; and
     whenever a profiler has set Triton's launch hooks, which only the JIT calls)."""
     device = launch.device
     if not DIRECT_LAUNCH or device.type != "cuda" or _INTERPRETED or _launch_hooks_set():
-        kernels.scan_kernel[launch.grid](
-            *args, WRITE_TOTALS=write_totals, READ_TOTALS=read_totals, **launch.meta
-        )
+        kernels.scan_kernel[grid](*args, **phase._asdict(), **launch.meta)
         return
     # A compiled kernel also depends on which pointers are 16-byte aligned (Triton
     # specialises them); the launch description (shapes, strides, dtypes) does not.
-    key = (write_totals, read_totals, *[args[i].data_ptr() & 15 == 0 for i in launch.pointers])
+    key = (phase, *[args[i].data_ptr() & 15 == 0 for i in launch.pointers])
     direct = launch.direct.get(key)
     if direct is not None:
-        return direct(launch.grid, device.index, args)
-    phase = dict(WRITE_TOTALS=write_totals, READ_TOTALS=read_totals)
-    compiled = kernels.scan_kernel[launch.grid](*args, **phase, **launch.meta)
-    launch.direct[key] = _direct_launcher(compiled, launch.meta, phase)
+        return direct(grid, device.index, args)
+    compiled = kernels.scan_kernel[grid](*args, **phase._asdict(), **launch.meta)
+    launch.direct[key] = _direct_launcher(compiled, launch.meta, phase._asdict())
 
 
 def linear_scan(a, b, initial, reverse, out):

@@ -14,10 +14,10 @@ When there are too few sequences to fill the GPU, the time axis is split into ch
 different programs, or side by side in one program (``SEGS``): a chunked two-level scan. A
 first launch (``WRITE_TOTALS``) reduces each chunk to its composite map ``x_in -> x_out``; the
 second (``READ_TOTALS``) folds the composites of the chunks it depends on into its carry-in,
-then runs as above. With many chunks the carry-in is two-level (``GROUP`` > 1,
-:func:`_group_prefixes`): the last program of each group of chunks to finish the first launch
-writes the group's prefixes and total, so that the second folds a few group totals and one
-prefix instead of every earlier chunk's total.
+then runs as above. With many chunks the carry-in is two-level (``GROUP`` > 1): a launch
+between the two (``GROUP_PASS``, :func:`_group_prefixes`) scans each group of chunk totals into
+in-group prefixes and the group's total, so that the last launch folds a few group totals and
+one prefix instead of every earlier chunk's total.
 
 Layout: element ``(t, n)`` of a per-step tensor is at ``t * stride_t + n * stride_n`` (the
 batch axes collapsed by the launcher); offsets are computed in int64. 16-bit and integer
@@ -308,6 +308,7 @@ def _tile(
     KIND: tl.constexpr, REVERSE: tl.constexpr, FLIP: tl.constexpr, ACC: tl.constexpr,
     HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr, G_T: tl.constexpr,
     K2_T: tl.constexpr, WRITE_TOTALS: tl.constexpr, IDX64: tl.constexpr, BLOCK_T: tl.constexpr,
+    SEGS: tl.constexpr,
 ):  # fmt: skip
     """One tile of BLOCK_T steps x BLOCK_N sequences, given its coefficients
     (:func:`_tile_coefficients`): scan, apply the carry, write the outputs (or fold the tile
@@ -319,7 +320,10 @@ def _tile(
     last = 0 if backward else BLOCK_T - 1  # the tile row that the scan reaches last
     A, B = tl.associative_scan((a, b), 0, _combine, reverse=backward)
     if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
-        total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
+        if SEGS == 1:  # (a tile of totals whose row `last` is the chunk's: no row extraction)
+            total_a, total_b = _combine(total_a, total_b, A, B)
+        else:  # (rows in a thread's registers: extracting one is cheap, a tile of totals not)
+            total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
     else:
         x = _apply(A, B, carry[None, :])
         x_out = x
@@ -375,18 +379,18 @@ def _fold(carry, base, n_rows, n_before, N, n64, n_ok, REVERSE: tl.constexpr, FO
         ok = (j < n_before)[:, None] & n_ok[None, :]
         if REVERSE:
             j = n_rows - 1 - j
-        A, B = _scan_composites(base, j, n_rows, N, n64, ok, "")
+        A, B = _scan_composites(base, j, n_rows, N, n64, ok)
         carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
     return carry
 
 
 @triton.jit
-def _scan_composites(base, j, n_rows, N, n64, ok, CACHE: tl.constexpr):
+def _scan_composites(base, j, n_rows, N, n64, ok):
     """Rows ``j`` of ``base`` (``[2, n_rows, N]``: A then B) as a tile, scanned in the order of
     ``j``; rows where not ``ok`` are the identity map."""
     at = base + j.to(tl.int64)[:, None] * N + n64[None, :]
-    a_j = tl.load(at, mask=ok, other=1, cache_modifier=CACHE)
-    b_j = tl.load(at + n_rows.to(tl.int64) * N, mask=ok, other=0, cache_modifier=CACHE)
+    a_j = tl.load(at, mask=ok, other=1)
+    b_j = tl.load(at + n_rows.to(tl.int64) * N, mask=ok, other=0)
     return tl.associative_scan((a_j, b_j), 0, _combine)
 
 
@@ -403,36 +407,31 @@ def _group_totals_at(totals, n_chunks, N):
 
 
 @triton.jit
-def _group_prefixes(totals, counters, s, n_chunks, N, n64, n_ok, REVERSE: tl.constexpr,
-                    GROUP: tl.constexpr, SEGS: tl.constexpr):  # fmt: skip
-    """Two-level carry-in when the time axis is split in many chunks: chunks form groups of
-    GROUP consecutive chunks in scan order; the last program of a group to finish its totals
-    (an atomic count per group and program column) scans the group's chunk totals and writes
-    each chunk's composite from the start of its group, and the group's total. The scan pass
-    then folds n_groups group totals and one prefix instead of every earlier chunk's total.
+def _group_prefixes(totals, grp, n_chunks, N, n64, n_ok, REVERSE: tl.constexpr,
+                    GROUP: tl.constexpr):  # fmt: skip
+    """Two-level carry-in when the time axis is split in many chunks (the launch between the
+    totals and the scan launches, a program per group and block of sequences): chunks form
+    groups of GROUP consecutive chunks in scan order; scan group ``grp``'s chunk totals and
+    write each chunk's composite from the start of its group, and the group's total. The scan
+    launch then folds n_groups group totals and one prefix instead of every earlier chunk's
+    total.
 
     ``totals`` holds ``[2, n_chunks, N]`` chunk totals by chunk, then ``[2, n_chunks, N]``
-    in-group prefixes by place in scan order, then ``[2, n_groups, N]`` group totals. The
-    last program sets its counter back to zero for the next launch."""
+    in-group prefixes by place in scan order, then ``[2, n_groups, N]`` group totals."""
     n_groups = tl.cdiv(n_chunks, GROUP)
-    grp = s // GROUP
     first = grp * GROUP
     size = tl.minimum(GROUP, n_chunks - first)
-    counter = counters + tl.program_id(0) * n_groups + grp
-    tl.debug_barrier()  # every thread's totals stored before the count is raised (release)
-    if tl.atomic_add(counter, 1, sem="acq_rel") == size // SEGS - 1:  # (programs in the group)
-        tl.atomic_xchg(counter, 0)
-        rows = tl.arange(0, GROUP)
-        sj = first + rows
-        ok = (rows < size)[:, None] & n_ok[None, :]
-        cj = n_chunks - 1 - sj if REVERSE else sj
-        A, B = _scan_composites(totals, cj, n_chunks, N, n64, ok, ".cg")  # (others' stores)
-        prefix = _prefixes_at(totals, n_chunks, N) + sj.to(tl.int64)[:, None] * N + n64[None, :]
-        tl.store(prefix, A, mask=ok)
-        tl.store(prefix + n_chunks.to(tl.int64) * N, B, mask=ok)
-        group_total = _group_totals_at(totals, n_chunks, N) + grp.to(tl.int64) * N + n64
-        tl.store(group_total, _row(A, rows, size - 1), mask=n_ok)
-        tl.store(group_total + n_groups * N, _row(B, rows, size - 1), mask=n_ok)
+    rows = tl.arange(0, GROUP)
+    sj = first + rows
+    ok = (rows < size)[:, None] & n_ok[None, :]
+    cj = n_chunks - 1 - sj if REVERSE else sj
+    A, B = _scan_composites(totals, cj, n_chunks, N, n64, ok)
+    prefix = _prefixes_at(totals, n_chunks, N) + sj.to(tl.int64)[:, None] * N + n64[None, :]
+    tl.store(prefix, A, mask=ok)
+    tl.store(prefix + n_chunks.to(tl.int64) * N, B, mask=ok)
+    group_total = _group_totals_at(totals, n_chunks, N) + grp.to(tl.int64) * N + n64
+    tl.store(group_total, _row(A, rows, size - 1), mask=n_ok)
+    tl.store(group_total + n_groups * N, _row(B, rows, size - 1), mask=n_ok)
 
 
 @triton.jit
@@ -476,7 +475,6 @@ def scan_kernel(
     out0,
     out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
     totals,  # chunk composites (A, B) in ACC: see _group_prefixes for the layout
-    counters,  # int32 [cdiv(N, COLS) * n_groups], zero between launches (GROUP > 1)
     T,
     N,
     CHUNK,
@@ -508,6 +506,7 @@ def scan_kernel(
     K2_T: tl.constexpr,
     WRITE_TOTALS: tl.constexpr,
     READ_TOTALS: tl.constexpr,
+    GROUP_PASS: tl.constexpr,
     IDX64: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -517,7 +516,8 @@ def scan_kernel(
     GROUP: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):
-    """Grid ``(cdiv(N, COLS), n_chunks / SEGS)``. Each loop iteration handles UNROLL
+    """Grid ``(cdiv(N, COLS), n_chunks / SEGS)`` (``(cdiv(N, COLS), n_groups)`` for the
+    GROUP_PASS between the totals and the scan launches: :func:`_group_prefixes`). Each loop iteration handles UNROLL
     consecutive tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread
     sequential recurrence over rows (time-major layouts: each thread owns columns), a large
     BLOCK_T a parallel scan along time (batch-major layouts: time is the contiguous axis).
@@ -528,90 +528,105 @@ def scan_kernel(
     time stays in registers); the chunks' carries come from their totals (``_chunk_carries``)."""
     pid_n = tl.program_id(0)
     COLS: tl.constexpr = BLOCK_N // SEGS  # sequences per program (SEGS chunks side by side)
-    n_chunks = tl.num_programs(1) * SEGS
-    first = tl.program_id(1) * SEGS  # the program's first chunk in time
     col = pid_n * COLS + tl.arange(0, COLS)
     col_ok = col < N
     col64 = col.to(tl.int64)
-    rows = tl.arange(0, BLOCK_T)
 
-    # The carry entering the program's first chunk in scan order, s: `boot` is the initial
-    # state for the generic scan and the traces; then the composites of the chunks before it.
-    carry = tl.zeros([COLS], dtype=ACC)
-    if HAS_BOOT and (KIND == SCAN or KIND == TRACES):
-        carry = tl.load(boot + col64 * b_n, mask=col_ok, other=0).to(ACC)
-    s = n_chunks - SEGS - first if REVERSE else first
-    if READ_TOTALS:
-        if GROUP == 1:  # the chunk totals of every earlier chunk
-            carry = _fold(carry, totals, n_chunks, s, N, col64, col_ok, REVERSE, FOLD)
-        else:  # the totals of the earlier groups, then the group's own prefix
-            n_groups = tl.cdiv(n_chunks, GROUP)
-            group_totals = _group_totals_at(totals, n_chunks, N)
-            carry = _fold(carry, group_totals, n_groups, s // GROUP, N, col64, col_ok, False, FOLD)
-            if s % GROUP != 0:  # (the first chunk of a group starts from the group's carry)
-                prefix = _prefixes_at(totals, n_chunks, N) + (s - 1).to(tl.int64) * N + col64
-                a_p = tl.load(prefix, mask=col_ok, other=1)
-                b_p = tl.load(prefix + n_chunks.to(tl.int64) * N, mask=col_ok, other=0)
-                carry = _apply(a_p, b_p, carry)
+    if GROUP_PASS:
+        n_chunks = tl.cdiv(T, CHUNK * SEGS) * SEGS
+        _group_prefixes(totals, tl.program_id(1), n_chunks, N, col64, col_ok, REVERSE, GROUP)
+    else:
+        n_chunks = tl.num_programs(1) * SEGS
+        first = tl.program_id(1) * SEGS  # the program's first chunk in time
+        rows = tl.arange(0, BLOCK_T)
 
-    STEP: tl.constexpr = BLOCK_T * UNROLL
-    if SEGS == 1:
-        n, n_ok, n64, c = col, col_ok, col64, first
-        start = first * CHUNK
-    else:  # lane = seg * COLS + column: chunk first + seg of sequence column
-        lane = tl.arange(0, BLOCK_N)
-        n = pid_n * COLS + lane % COLS
-        n_ok = n < N
-        n64 = n.to(tl.int64)
-        c = first + lane // COLS
+        # The carry entering the program's first chunk in scan order, s: `boot` is the initial
+        # state for the generic scan and the traces; then the composites of the chunks before it.
+        carry = tl.zeros([COLS], dtype=ACC)
+        if HAS_BOOT and (KIND == SCAN or KIND == TRACES):
+            carry = tl.load(boot + col64 * b_n, mask=col_ok, other=0).to(ACC)
+        s = n_chunks - SEGS - first if REVERSE else first
         if READ_TOTALS:
-            carry = _chunk_carries(carry, totals, first, n_chunks, N, col64, col_ok, REVERSE, SEGS)
+            if GROUP == 1:  # the chunk totals of every earlier chunk
+                carry = _fold(carry, totals, n_chunks, s, N, col64, col_ok, REVERSE, FOLD)
+            else:  # the totals of the earlier groups, then the group's own prefix
+                n_groups = tl.cdiv(n_chunks, GROUP)
+                group_totals = _group_totals_at(totals, n_chunks, N)
+                carry = _fold(
+                    carry, group_totals, n_groups, s // GROUP, N, col64, col_ok, False, FOLD
+                )
+                if s % GROUP != 0:  # (the first chunk of a group starts from the group's carry)
+                    prefix = _prefixes_at(totals, n_chunks, N) + (s - 1).to(tl.int64) * N + col64
+                    a_p = tl.load(prefix, mask=col_ok, other=1)
+                    b_p = tl.load(prefix + n_chunks.to(tl.int64) * N, mask=col_ok, other=0)
+                    carry = _apply(a_p, b_p, carry)
+
+        STEP: tl.constexpr = BLOCK_T * UNROLL
+        if SEGS == 1:
+            n, n_ok, n64, c = col, col_ok, col64, first
+            start = first * CHUNK
+        else:  # lane = seg * COLS + column: chunk first + seg of sequence column
+            lane = tl.arange(0, BLOCK_N)
+            n = pid_n * COLS + lane % COLS
+            n_ok = n < N
+            n64 = n.to(tl.int64)
+            c = first + lane // COLS
+            if READ_TOTALS:
+                carry = _chunk_carries(
+                    carry, totals, first, n_chunks, N, col64, col_ok, REVERSE, SEGS
+                )
+            else:
+                carry = tl.zeros([BLOCK_N], dtype=ACC)
+            start = (c * CHUNK)[None, :]  # (a row: tile offsets are [BLOCK_T, BLOCK_N])
+        stop = tl.minimum(start + CHUNK, T)
+        n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
+        if SEGS == 1:
+            total_a = tl.full([BLOCK_T, BLOCK_N], 1, dtype=ACC)
+            total_b = tl.zeros([BLOCK_T, BLOCK_N], dtype=ACC)
         else:
-            carry = tl.zeros([BLOCK_N], dtype=ACC)
-        start = (c * CHUNK)[None, :]  # (a row: tile offsets are [BLOCK_T, BLOCK_N])
-    stop = tl.minimum(start + CHUNK, T)
-    n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
-    total_a = tl.full([BLOCK_N], 1, dtype=ACC)
-    total_b = tl.zeros([BLOCK_N], dtype=ACC)
-    # PREFETCH: each tile's coefficients are built (its loads issued) before the previous
-    # tile is scanned and written, so that its loads are in flight meanwhile
-    if PREFETCH:
-        t0 = start
-        if REVERSE:
-            t0 += n_iters * STEP - BLOCK_T
-        a, b, cont, is_term, v = _tile_coefficients(
-            x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t0, rows, n, n_ok, stop,
-            T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM, HAS_TRUNC,
-            HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
-        )  # fmt: skip
-    for i in range(0, n_iters):
-        for k in tl.static_range(UNROLL):
+            total_a = tl.full([BLOCK_N], 1, dtype=ACC)
+            total_b = tl.zeros([BLOCK_N], dtype=ACC)
+        # PREFETCH: each tile's coefficients are built (its loads issued) before the previous
+        # tile is scanned and written, so that its loads are in flight meanwhile
+        if PREFETCH:
+            t0 = start
             if REVERSE:
-                t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
-            else:
-                t0 = start + i * STEP + k * BLOCK_T
-            if PREFETCH:  # the next tile in walk order; past the chunk, masked (forward) or
-                # clamped to its first tile (reverse: reloaded once, unused)
-                t1 = tl.maximum(t0 - BLOCK_T, start) if REVERSE else t0 + BLOCK_T
-            else:
-                t1 = t0
-            a1, b1, cont1, is_term1, v1 = _tile_coefficients(
-                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t1, rows, n, n_ok,
-                stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
-                HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+                t0 += n_iters * STEP - BLOCK_T
+            a, b, cont, is_term, v = _tile_coefficients(
+                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t0, rows, n, n_ok, stop,
+                T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM, HAS_TRUNC,
+                HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
             )  # fmt: skip
-            if not PREFETCH:
-                a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
-            carry, total_a, total_b = _tile(
-                x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, cont, is_term, v, t0, rows,
-                n, n_ok, carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n,
-                o0_t, o0_n, o1_t, o1_n, KIND, REVERSE, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT,
-                G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T,
-            )  # fmt: skip
-            if PREFETCH:
-                a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
-    if WRITE_TOTALS:
-        tl.store(totals + c * N + n64, total_a, mask=n_ok)
-        tl.store(totals + (n_chunks + c) * N + n64, total_b, mask=n_ok)
-        if GROUP > 1:
-            _group_prefixes(totals, counters, s, n_chunks, N, col64, col_ok, REVERSE, GROUP, SEGS)
+        for i in range(0, n_iters):
+            for k in tl.static_range(UNROLL):
+                if REVERSE:
+                    t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
+                else:
+                    t0 = start + i * STEP + k * BLOCK_T
+                if PREFETCH:  # the next tile in walk order; past the chunk, masked (forward) or
+                    # clamped to its first tile (reverse: reloaded once, unused)
+                    t1 = tl.maximum(t0 - BLOCK_T, start) if REVERSE else t0 + BLOCK_T
+                else:
+                    t1 = t0
+                a1, b1, cont1, is_term1, v1 = _tile_coefficients(
+                    x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t1, rows, n, n_ok,
+                    stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
+                    HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+                )  # fmt: skip
+                if not PREFETCH:
+                    a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
+                carry, total_a, total_b = _tile(
+                    x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, cont, is_term, v, t0, rows,
+                    n, n_ok, carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n,
+                    o0_t, o0_n, o1_t, o1_n, KIND, REVERSE, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT,
+                    G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T, SEGS,
+                )  # fmt: skip
+                if PREFETCH:
+                    a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
+        if WRITE_TOTALS:
+            if SEGS == 1:
+                last: tl.constexpr = 0 if REVERSE and not FLIP else BLOCK_T - 1
+                total_a = _row(total_a, rows, last)
+                total_b = _row(total_b, rows, last)
+            tl.store(totals + c * N + n64, total_a, mask=n_ok)
+            tl.store(totals + (n_chunks + c) * N + n64, total_b, mask=n_ok)
