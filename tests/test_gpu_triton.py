@@ -135,10 +135,11 @@ LAYOUTS = {
     "torchrl [B, N, T, 1]": lambda T, N: ((2, N // 2 or 1, T, 1), -2),
 }
 # (16_384, 100): time-major 16 < N < 1024 with T >= 16384 has its own split plan, and N is not
-# a multiple of 16 (Triton specialises N, T and the chunk length on that); (8192, 5) and
-# (131_072, 16): the few-long-sequences plan, in 256 and ~1000 programs (two-level carry-in);
-# (131_072, 16) and (65_536, 3): discounted returns, traces and the scan run 8 and 32 chunks
-# side by side in a program there
+# a multiple of 16 (Triton specialises N, T and the chunk length on that); (8192, 5),
+# (65_536, 3) and (131_072, 16): the few-long-sequences plan, in 256, 2048 and 2048 programs
+# (two-level carry-in: a group pass); (131_072, 16) and (65_536, 3): discounted returns, traces
+# and the scan run 8 and 32 chunks side by side in a program there; (1_000_000, 1): one long
+# sequence in 1024-step tiles (V-trace included)
 SHAPES = [
     (1, 4096),
     (100, 1000),

@@ -142,12 +142,13 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         elif time_major and N >= 1024 and T >= 1024:  # the same, split ~64 ways along time
             block_t, block_n, unroll, warps, target = 1, 128, 8, 4, 4 * sms
         elif time_major and N <= 16 and T >= 8192:
-            # few long sequences: ~4 sqrt(T) one-warp programs of ~sqrt(T) / 4 steps (the
-            # two-level carry-in keeps many chunks cheap), each with 8 x 16 tiles; from
-            # T = 65536, the estimators with the fewest inputs run 128 / cols chunks side by
-            # side in a program instead, so that each thread scans its own columns in
-            # registers (GAE, TD(lambda), V-trace and Retrace measured slower that way)
-            min_chunk = max(32, triton.next_power_of_2(math.isqrt(T)) // 4)
+            # few long sequences: one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
+            # past T = 65536), at most 4096 of them (the two-level carry-in keeps many chunks
+            # cheap; sweep 13); from T = 65536, the estimators with the fewest inputs run
+            # 128 / cols chunks side by side in a program instead, so that each thread scans
+            # its own columns in registers (GAE, TD(lambda), V-trace and Retrace measured
+            # slower that way)
+            min_chunk = 32 if T <= 65536 else 64
             block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
             prefetch = kind in _PREFETCH_FEW_LONG
             if T >= 65536 and kind in _SIDE_BY_SIDE:
@@ -159,13 +160,16 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major:
             block_t, block_n, unroll, warps, target = 64, 16, 1, 8, 8 * sms
-        elif kind == kernels.VTRACE.value:  # its vs_{t+1} shuffle is cheap in short tiles
+        elif kind == kernels.VTRACE.value and N > 1:  # its vs_{t+1} shuffle is cheap in short
+            # tiles (one sequence: 3 of their 4 columns would be padding)
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         elif N >= 8 * sms:  # time is contiguous: a parallel scan along it, one sequence per
             block_t, block_n, unroll, warps, target = (128 if T <= 128 else 256), 1, 1, 1, 0
             prefetch = kind == kernels.TRACES.value
         else:  # program (a warp); with few sequences, wider programs split along time
             block_t, warps = (128, 2) if T <= 2048 else (512, 4)
+            if N == 1 and T >= 524288:  # one long sequence: 1024-step tiles (sweep 13)
+                block_t, warps = 1024, 8
             block_n, unroll, target = 1, 1, 8 * sms
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
     programs = triton.cdiv(N, block_n // segs)  # (Plan.cols programs along the sequences)
