@@ -169,19 +169,32 @@ def test_launch_records_where_its_tensors_are(fn, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_two_level_carry_in_repeated(device):
+@pytest.mark.parametrize(
+    "fn,N,time_dim",
+    [
+        ("gae", 2, 0),  # time-major, two chunks side by side in a program (reverse scan)
+        ("gae", 5, 0),  # time-major, one chunk a program (reverse scan)
+        ("eligibility_traces", 5, 0),  # the same, forward
+        ("lambda_returns", 5, 1),  # batch-major (CPU only: on a GPU no batch-major call groups)
+    ],
+)
+def test_two_level_carry_in_repeated(device, fn, N, time_dim):
     """A call split in many chunks takes the two-level carry-in (GROUP > 1: a group pass between
     the totals and the scan launches): right on every one of repeated calls with new data."""
     from rl_triton_core import triton_backend
 
-    T = 150 if device == "cpu" else 1 << 17  # interpreter: 10+ chunks; GPU: ~1000 chunks
+    if device == "cuda" and time_dim == 1:
+        pytest.skip("batch-major calls fold their chunk totals in one step on a GPU (GROUP = 1)")
+    T = 150 if device == "cpu" else 1 << 17  # interpreter: 5-8 chunks; GPU: thousands
+    shape = (T, N) if time_dim == 0 else (N, T)
     triton_backend._LAUNCHES.clear()
+    _replay._PLANS.clear()
     for seed in (3, 4, 5):
-        d = _inputs("gae", (T, 2), 0, device, torch.float32, seed, truncation=False,
+        d = _inputs(fn, shape, time_dim, device, torch.float32, seed, truncation=False,
                     tensor_gamma=False)  # fmt: skip
-        got = _call("gae", d, backend="triton")
-        for g, w in zip(got, _reference("gae", d, 0), strict=True):
-            assert_close(g, w, torch.float32, name="two-level carry-in")
+        got = as_tuple(_call(fn, d, time_dim=time_dim, backend="triton"))
+        for g, w in zip(got, _reference(fn, d, time_dim), strict=True):
+            assert_close(g, w, torch.float32, name=f"{fn} two-level carry-in")
         grouped = [x for x in triton_backend._LAUNCHES.values() if x.group_grid is not None]
         assert grouped, "the call did not take the two-level carry-in"
 

@@ -143,8 +143,8 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, block_n, unroll, warps, target = 1, 128, 8, 4, 4 * sms
         elif time_major and N <= 16 and T >= 8192:
             # few long sequences: one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
-            # past T = 65536), at most 4096 of them (the two-level carry-in keeps many chunks
-            # cheap; sweep 13); from T = 65536, the estimators with the fewest inputs run
+            # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
+            # many chunks cheap; sweep 13); from T = 65536, the estimators with the fewest inputs run
             # 128 / cols chunks side by side in a program instead, so that each thread scans
             # its own columns in registers (GAE, TD(lambda), V-trace and Retrace measured
             # slower that way)
@@ -172,7 +172,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
                 block_t, warps = 1024, 8
             block_n, unroll, target = 1, 1, 8 * sms
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
-    programs = triton.cdiv(N, block_n // segs)  # (Plan.cols programs along the sequences)
+    programs = triton.cdiv(N, block_n // segs)  # (programs of Plan.cols sequences each)
     step = block_t * unroll
     spans = 1  # programs along time, each min_chunk steps or more
     if programs < target and T > min_chunk:

@@ -305,25 +305,24 @@ def _tile_coefficients(
 def _tile(
     x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, c, is_term, v, t0, rows, n, n_ok,
     carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n,
-    KIND: tl.constexpr, REVERSE: tl.constexpr, FLIP: tl.constexpr, ACC: tl.constexpr,
-    HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr, G_T: tl.constexpr,
-    K2_T: tl.constexpr, WRITE_TOTALS: tl.constexpr, IDX64: tl.constexpr, BLOCK_T: tl.constexpr,
-    SEGS: tl.constexpr,
+    KIND: tl.constexpr, BACKWARD: tl.constexpr, LAST: tl.constexpr, FLIP: tl.constexpr,
+    ACC: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr,
+    G_T: tl.constexpr, K2_T: tl.constexpr, WRITE_TOTALS: tl.constexpr, IDX64: tl.constexpr,
+    BLOCK_T: tl.constexpr, SEGS: tl.constexpr,
 ):  # fmt: skip
     """One tile of BLOCK_T steps x BLOCK_N sequences, given its coefficients
-    (:func:`_tile_coefficients`): scan, apply the carry, write the outputs (or fold the tile
-    into the chunk's composite). Returns the new state."""
+    (:func:`_tile_coefficients`): scan (backward along the rows if BACKWARD; LAST is the row
+    the scan reaches last), apply the carry, write the outputs (or fold the tile into the
+    chunk's composite). Returns the new state."""
     t, ti, ni, mask, off, _, koff = _tile_offsets(
         t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, BLOCK_T
     )
-    backward: tl.constexpr = REVERSE and not FLIP  # the scan's direction along the rows
-    last = 0 if backward else BLOCK_T - 1  # the tile row that the scan reaches last
-    A, B = tl.associative_scan((a, b), 0, _combine, reverse=backward)
+    A, B = tl.associative_scan((a, b), 0, _combine, reverse=BACKWARD)
     if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
-        if SEGS == 1:  # (a tile of totals whose row `last` is the chunk's: no row extraction)
+        if SEGS == 1:  # (a tile of totals whose row LAST is the chunk's: no row extraction)
             total_a, total_b = _combine(total_a, total_b, A, B)
         else:  # (rows in a thread's registers: extracting one is cheap, a tile of totals not)
-            total_a, total_b = _combine(total_a, total_b, _row(A, rows, last), _row(B, rows, last))
+            total_a, total_b = _combine(total_a, total_b, _row(A, rows, LAST), _row(B, rows, LAST))
     else:
         x = _apply(A, B, carry[None, :])
         x_out = x
@@ -363,7 +362,7 @@ def _tile(
             pg = pg_rho * (r + tl.where(is_term, 0, g * u) - v)
             tl.store(out1 + ti * o1_t + ni * o1_n, pg, mask=mask)
         tl.store(out0 + ti * o0_t + ni * o0_n, x_out, mask=mask)
-        carry = _row(x, rows, last)
+        carry = _row(x, rows, LAST)
     return carry, total_a, total_b
 
 
@@ -517,10 +516,11 @@ def scan_kernel(
     PREFETCH: tl.constexpr,
 ):
     """Grid ``(cdiv(N, COLS), n_chunks / SEGS)`` (``(cdiv(N, COLS), n_groups)`` for the
-    GROUP_PASS between the totals and the scan launches: :func:`_group_prefixes`). Each loop iteration handles UNROLL
-    consecutive tiles of BLOCK_T steps: BLOCK_T = 1 with a large UNROLL is a per-thread
-    sequential recurrence over rows (time-major layouts: each thread owns columns), a large
-    BLOCK_T a parallel scan along time (batch-major layouts: time is the contiguous axis).
+    GROUP_PASS between the totals and the scan launches: :func:`_group_prefixes`). Each loop
+    iteration handles UNROLL consecutive tiles of BLOCK_T steps: BLOCK_T = 1 with a large
+    UNROLL is a per-thread sequential recurrence over rows (time-major layouts: each thread
+    owns columns), a large BLOCK_T a parallel scan along time (batch-major layouts: time is the
+    contiguous axis).
 
     SEGS > 1 (time-major, few sequences): a program runs SEGS consecutive chunks of COLS
     sequences side by side, lane ``seg * COLS + column`` of its tiles in chunk ``seg``, so that
@@ -562,6 +562,8 @@ def scan_kernel(
                     carry = _apply(a_p, b_p, carry)
 
         STEP: tl.constexpr = BLOCK_T * UNROLL
+        BACKWARD: tl.constexpr = REVERSE and not FLIP  # a tile is scanned from its last row up
+        LAST: tl.constexpr = 0 if BACKWARD else BLOCK_T - 1  # the row its scan reaches last
         if SEGS == 1:
             n, n_ok, n64, c = col, col_ok, col64, first
             start = first * CHUNK
@@ -593,9 +595,9 @@ def scan_kernel(
             if REVERSE:
                 t0 += n_iters * STEP - BLOCK_T
             a, b, cont, is_term, v = _tile_coefficients(
-                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t0, rows, n, n_ok, stop,
-                T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM, HAS_TRUNC,
-                HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, t0, rows, n, n_ok,
+                stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
+                HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
             )  # fmt: skip
         for i in range(0, n_iters):
             for k in tl.static_range(UNROLL):
@@ -616,17 +618,16 @@ def scan_kernel(
                 if not PREFETCH:
                     a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
                 carry, total_a, total_b = _tile(
-                    x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, cont, is_term, v, t0, rows,
-                    n, n_ok, carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n,
-                    o0_t, o0_n, o1_t, o1_n, KIND, REVERSE, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT,
-                    G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T, SEGS,
+                    x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, cont, is_term, v, t0,
+                    rows, n, n_ok, carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n,
+                    b_n, o0_t, o0_n, o1_t, o1_n, KIND, BACKWARD, LAST, FLIP, ACC, HAS_NEXT,
+                    HAS_VALUES, HAS_BOOT, G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T, SEGS,
                 )  # fmt: skip
                 if PREFETCH:
                     a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
         if WRITE_TOTALS:
             if SEGS == 1:
-                last: tl.constexpr = 0 if REVERSE and not FLIP else BLOCK_T - 1
-                total_a = _row(total_a, rows, last)
-                total_b = _row(total_b, rows, last)
+                total_a = _row(total_a, rows, LAST)
+                total_b = _row(total_b, rows, LAST)
             tl.store(totals + c * N + n64, total_a, mask=n_ok)
             tl.store(totals + (n_chunks + c) * N + n64, total_b, mask=n_ok)
