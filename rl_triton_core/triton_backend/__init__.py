@@ -144,10 +144,10 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         elif time_major and N <= 16 and T >= 8192:
             # few long sequences: one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
             # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
-            # many chunks cheap; sweep 13); from T = 65536, the estimators with the fewest inputs run
-            # 128 / cols chunks side by side in a program instead, so that each thread scans
-            # its own columns in registers (GAE, TD(lambda), V-trace and Retrace measured
-            # slower that way)
+            # many chunks cheap; sweep 13); from T = 65536, the estimators with the fewest
+            # inputs run 128 / cols chunks side by side in a program instead, so that each
+            # thread scans its own columns in registers (GAE, TD(lambda), V-trace and Retrace
+            # measured slower that way)
             min_chunk = 32 if T <= 65536 else 64
             block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
             prefetch = kind in _PREFETCH_FEW_LONG
