@@ -172,14 +172,14 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
                 block_t, warps = 1024, 8
             block_n, unroll, target = 1, 1, 8 * sms
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
-    programs = triton.cdiv(N, block_n // segs)  # (programs of Plan.cols sequences each)
+    plan = Plan(block_t, block_n, unroll, T, 1, warps, segs, prefetch)  # (not split yet)
+    programs = triton.cdiv(N, plan.cols)
     step = block_t * unroll
     spans = 1  # programs along time, each min_chunk steps or more
     if programs < target and T > min_chunk:
         spans = min(triton.cdiv(target, programs), triton.cdiv(T, min_chunk), max_chunks)
     chunk = triton.cdiv(triton.cdiv(T, spans * segs), step) * step
-    n_chunks = triton.cdiv(T, chunk * segs) * segs
-    return Plan(block_t, block_n, unroll, chunk, n_chunks, warps, segs, prefetch)
+    return plan._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * segs) * segs)
 
 
 class _Launch(NamedTuple):

@@ -308,20 +308,21 @@ def _tile(
     KIND: tl.constexpr, BACKWARD: tl.constexpr, LAST: tl.constexpr, FLIP: tl.constexpr,
     ACC: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr,
     G_T: tl.constexpr, K2_T: tl.constexpr, WRITE_TOTALS: tl.constexpr, IDX64: tl.constexpr,
-    BLOCK_T: tl.constexpr, SEGS: tl.constexpr,
+    BLOCK_T: tl.constexpr, TILE_TOTALS: tl.constexpr,
 ):  # fmt: skip
     """One tile of BLOCK_T steps x BLOCK_N sequences, given its coefficients
     (:func:`_tile_coefficients`): scan (backward along the rows if BACKWARD; LAST is the row
     the scan reaches last), apply the carry, write the outputs (or fold the tile into the
-    chunk's composite). Returns the new state."""
+    chunk's composite: a tile of totals whose row LAST is the chunk's if TILE_TOTALS, else one
+    row). Returns the new state."""
     t, ti, ni, mask, off, _, koff = _tile_offsets(
         t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, BLOCK_T
     )
     A, B = tl.associative_scan((a, b), 0, _combine, reverse=BACKWARD)
     if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
-        if SEGS == 1:  # (a tile of totals whose row LAST is the chunk's: no row extraction)
+        if TILE_TOTALS:
             total_a, total_b = _combine(total_a, total_b, A, B)
-        else:  # (rows in a thread's registers: extracting one is cheap, a tile of totals not)
+        else:
             total_a, total_b = _combine(total_a, total_b, _row(A, rows, LAST), _row(B, rows, LAST))
     else:
         x = _apply(A, B, carry[None, :])
@@ -564,6 +565,10 @@ def scan_kernel(
         STEP: tl.constexpr = BLOCK_T * UNROLL
         BACKWARD: tl.constexpr = REVERSE and not FLIP  # a tile is scanned from its last row up
         LAST: tl.constexpr = 0 if BACKWARD else BLOCK_T - 1  # the row its scan reaches last
+        # The chunk's composite as a tile of totals, its row extracted once at the end, where a
+        # tile's rows are spread over threads (each extraction is a cross-lane reduction); one
+        # row of totals with chunks side by side, whose rows are in a thread's registers
+        TILE_TOTALS: tl.constexpr = SEGS == 1
         if SEGS == 1:
             n, n_ok, n64, c = col, col_ok, col64, first
             start = first * CHUNK
@@ -582,7 +587,7 @@ def scan_kernel(
             start = (c * CHUNK)[None, :]  # (a row: tile offsets are [BLOCK_T, BLOCK_N])
         stop = tl.minimum(start + CHUNK, T)
         n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
-        if SEGS == 1:
+        if TILE_TOTALS:
             total_a = tl.full([BLOCK_T, BLOCK_N], 1, dtype=ACC)
             total_b = tl.zeros([BLOCK_T, BLOCK_N], dtype=ACC)
         else:
@@ -621,12 +626,12 @@ def scan_kernel(
                     x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, cont, is_term, v, t0,
                     rows, n, n_ok, carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n,
                     b_n, o0_t, o0_n, o1_t, o1_n, KIND, BACKWARD, LAST, FLIP, ACC, HAS_NEXT,
-                    HAS_VALUES, HAS_BOOT, G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T, SEGS,
+                    HAS_VALUES, HAS_BOOT, G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T, TILE_TOTALS,
                 )  # fmt: skip
                 if PREFETCH:
                     a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
         if WRITE_TOTALS:
-            if SEGS == 1:
+            if TILE_TOTALS:
                 total_a = _row(total_a, rows, LAST)
                 total_b = _row(total_b, rows, LAST)
             tl.store(totals + c * N + n64, total_a, mask=n_ok)
