@@ -141,7 +141,9 @@ LAYOUTS = {
 # (65_536, 3) and (131_072, 16): the few-long-sequences plan, in 256, 2048 and 2048 programs
 # (two-level carry-in: a group pass); (131_072, 16) and (65_536, 3): discounted returns, traces
 # and the scan run 8 and 32 chunks side by side in a program there; (1_000_000, 1): one long
-# sequence in 1024-step tiles (V-trace included)
+# sequence in 1024-step tiles (V-trace included); (300, 1100) and (2048, 1024): time-major, a
+# warp per 64 columns split to fill one wave (128 chunks at 2048: the group pass), and
+# batch-major one-sequence tiles scanned backward by fours in 256-step (and 128-step) tiles
 SHAPES = [
     (1, 4096),
     (100, 1000),
@@ -152,6 +154,8 @@ SHAPES = [
     (65_536, 3),
     (64, 65_536),
     (16_384, 100),
+    (300, 1100),
+    (2048, 1024),
 ]
 
 

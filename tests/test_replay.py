@@ -175,7 +175,8 @@ def test_launch_records_where_its_tensors_are(fn, monkeypatch):
         ("gae", 2, 0),  # time-major, two chunks side by side in a program (reverse scan)
         ("gae", 5, 0),  # time-major, one chunk a program (reverse scan)
         ("eligibility_traces", 5, 0),  # the same, forward
-        ("lambda_returns", 5, 1),  # batch-major (CPU only: on a GPU no batch-major call groups)
+        ("lambda_returns", 4, 1),  # batch-major (CPU only: on a GPU no batch-major call groups)
+        ("lambda_returns", 3, 1),  # the same, one-sequence tiles scanned by fours
     ],
 )
 def test_two_level_carry_in_repeated(device, fn, N, time_dim):

@@ -120,9 +120,12 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     segs, prefetch = 1, False
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path: time-major N <= 3
         # runs two chunks side by side, N of 4-5 two-row tiles (flipped in reverse scans), more
-        # one-row tiles; batch-major four-row tiles; odd N prefetches
+        # one-row tiles; batch-major four-row tiles of two sequences, or (odd N, which also
+        # prefetches) eight-row tiles of one, scanned by fours in reverse scans
         prefetch = N % 2 == 1
         block_t, block_n, unroll, warps = (2, 4, 2, 1) if time_major else (4, 2, 2, 1)
+        if not time_major and prefetch:
+            block_t, block_n = 8, 1
         min_chunk, target = 8, 16  # up to 16 chunks: groups, partial groups, several folds
         if time_major and N <= 3:
             block_n, segs, min_chunk = 8, 2, 16
@@ -130,17 +133,24 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, unroll = 1, 4
     else:
         sms = _sm_count(device.index or 0)
-        wide = time_major and N > 16 and kind != kernels.VTRACE.value
+        vtrace = kind == kernels.VTRACE.value
+        wide = time_major and N > 16 and not vtrace
+        heavy = vtrace or kind == kernels.RETRACE.value
+        long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
-        if wide and (N >= 65536 or (N >= 16384 and T <= 256)):  # a warp per 32 columns, 4-step
+        if wide and (N >= 65536 or (N >= 16384 and T <= 128)):  # a warp per 32 columns, 4-step
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms  # tiles, no split
             prefetch = kind in _PREFETCH_WIDE
+        elif time_major and N >= 256 and T >= long_enough and (N < 16384 or not vtrace):
+            # a warp per 64 columns in 4-step tiles (two rows of 4 columns a thread), split
+            # along time into as many programs as the GPU runs at once (32 one-warp programs an
+            # SM) and no more: a second, partial wave cost up to 1.25x (sweep 14)
+            block_t, block_n, unroll, warps = 4, 64, 1, 1
+            target = max(32 * sms // triton.cdiv(N, block_n), 1) * triton.cdiv(N, block_n)
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
-        elif time_major and N >= 16384:  # each thread walks its own column row by row
-            block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms
-        elif time_major and N >= 1024 and T >= 1024:  # the same, split ~64 ways along time
-            block_t, block_n, unroll, warps, target = 1, 128, 8, 4, 4 * sms
+        elif time_major and N >= 16384:  # V-trace: each thread walks its own column row by
+            block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # row
         elif time_major and N <= 16 and T >= 8192:
             # few long sequences: one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
             # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
