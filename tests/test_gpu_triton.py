@@ -142,8 +142,9 @@ LAYOUTS = {
 # (two-level carry-in: a group pass); (131_072, 16) and (65_536, 3): discounted returns, traces
 # and the scan run 8 and 32 chunks side by side in a program there; (1_000_000, 1): one long
 # sequence in 1024-step tiles (V-trace included); (300, 1100) and (2048, 1024): time-major, a
-# warp per 64 columns split to fill one wave (128 chunks at 2048: the group pass), and
-# batch-major one-sequence tiles scanned backward by fours in 256-step (and 128-step) tiles
+# warp per 64 columns split to fill one wave (Retrace and V-trace from T = 512 only; with 132
+# SMs 128 chunks at 2048: the group pass), and batch-major one-sequence tiles scanned backward
+# by fours (256-step tiles at N = 1100, 128-step tiles of two warps at N = 1024)
 SHAPES = [
     (1, 4096),
     (100, 1000),

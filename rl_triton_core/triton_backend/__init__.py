@@ -120,11 +120,12 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     segs, prefetch = 1, False
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path: time-major N <= 3
         # runs two chunks side by side, N of 4-5 two-row tiles (flipped in reverse scans), more
-        # one-row tiles; batch-major four-row tiles of two sequences, or (odd N, which also
-        # prefetches) eight-row tiles of one, scanned by fours in reverse scans
+        # one-row tiles; batch-major four-row tiles of two sequences (a masked one for odd N),
+        # for N of 1 and 3 eight-row tiles of one (scanned by fours in reverse scans); odd N
+        # prefetch
         prefetch = N % 2 == 1
         block_t, block_n, unroll, warps = (2, 4, 2, 1) if time_major else (4, 2, 2, 1)
-        if not time_major and prefetch:
+        if not time_major and N in (1, 3):
             block_t, block_n = 8, 1
         min_chunk, target = 8, 16  # up to 16 chunks: groups, partial groups, several folds
         if time_major and N <= 3:
@@ -138,7 +139,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
-        if wide and (N >= 65536 or (N >= 16384 and T <= 128)):  # a warp per 32 columns, 4-step
+        if wide and (N >= 65536 or (N >= 16384 and T < 256)):  # a warp per 32 columns, 4-step
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms  # tiles, no split
             prefetch = kind in _PREFETCH_WIDE
         elif time_major and N >= 256 and T >= long_enough and (N < 16384 or not vtrace):

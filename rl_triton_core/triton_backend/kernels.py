@@ -615,10 +615,11 @@ def scan_kernel(
         STEP: tl.constexpr = BLOCK_T * UNROLL
         BACKWARD: tl.constexpr = REVERSE and not FLIP  # a tile is scanned from its last row up
         LAST: tl.constexpr = 0 if BACKWARD else BLOCK_T - 1  # the row its scan reaches last
-        # one sequence's steps in a tile a warp spans (batch-major, up to 8 steps a thread):
+        # one sequence's steps in a tile one warp spans (batch-major, up to 8 steps a thread):
         # scanned backward by fours (on an H200, 0.75-0.86x the time of tl.associative_scan's
-        # reverse scan at [1024, 65536]; tiles spread over warps and V-trace's 4-column tiles
-        # measured up to 1.35x slower that way, sweep 14)
+        # reverse scan at [1024, 65536], 1.02x in 128-step tiles of two warps; tiles split
+        # over several warps and V-trace's 4-column tiles measured up to 1.35x slower that
+        # way, sweep 14)
         BY_FOURS: tl.constexpr = BACKWARD and BLOCK_N == 1 and BLOCK_T % 4 == 0 and BLOCK_T <= 256
         # The chunk's composite as a tile of totals, its row extracted once at the end, where a
         # tile's rows are spread over threads (each extraction is a cross-lane reduction); one
