@@ -118,6 +118,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     """
     max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
     segs, prefetch = 1, False
+    one_wave = False  # target: at most this many programs (else at least; see the split below)
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path: time-major N <= 3
         # runs two chunks side by side, N of 4-5 two-row tiles (flipped in reverse scans), more
         # one-row tiles; batch-major four-row tiles of two sequences (a masked one for odd N),
@@ -146,8 +147,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             # a warp per 64 columns in 4-step tiles (two rows of 4 columns a thread), split
             # along time into as many programs as the GPU runs at once (32 one-warp programs an
             # SM) and no more: a second, partial wave cost up to 1.25x (sweep 14)
-            block_t, block_n, unroll, warps = 4, 64, 1, 1
-            target = max(32 * sms // triton.cdiv(N, block_n), 1) * triton.cdiv(N, block_n)
+            block_t, block_n, unroll, warps, target, one_wave = 4, 64, 1, 1, 32 * sms, True
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
         elif time_major and N >= 16384:  # V-trace: each thread walks its own column row by
@@ -188,7 +188,8 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     step = block_t * unroll
     spans = 1  # programs along time, each min_chunk steps or more
     if programs < target and T > min_chunk:
-        spans = min(triton.cdiv(target, programs), triton.cdiv(T, min_chunk), max_chunks)
+        along_time = target // programs if one_wave else triton.cdiv(target, programs)
+        spans = min(along_time, triton.cdiv(T, min_chunk), max_chunks)
     chunk = triton.cdiv(triton.cdiv(T, spans * segs), step) * step
     return plan._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * segs) * segs)
 
