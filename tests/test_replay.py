@@ -220,6 +220,38 @@ def test_aliased_arguments(device, launcher_calls):
     assert len(launcher_calls) == 3, "a recording with aliased arguments was replayed"
 
 
+@pytest.mark.parametrize("checks", ["c++", "python"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_each_recording_replays_only_its_own_tensors(device, checks, launcher_calls, monkeypatch):
+    """Calls of one structure (the same arguments, scalars and keywords) with tensors of
+    another shape, dtype or strides record once each; alternating between them then replays
+    the recording whose tensors match, never another one (with torch's C++ tensor checks, and
+    with the Python ones used where torch lacks them)."""
+    if checks == "python":
+        monkeypatch.setattr(_replay, "_TensorGuards", None)
+    kw = dict(truncation=False, tensor_gamma=False)
+
+    def variants(seed):
+        yield _inputs("gae", (7, 3), 0, device, torch.float32, seed, **kw)
+        yield _inputs("gae", (6, 3), 0, device, torch.float32, seed, **kw)
+        yield _inputs("gae", (7, 3), 0, device, torch.float64, seed, **kw)
+        # shape (7, 3), strides (1, 7)
+        transposed = _inputs("gae", (3, 7), 1, device, torch.float32, seed, **kw)
+        yield {k: v.t() if getattr(v, "ndim", 0) == 2 else v for k, v in transposed.items()}
+
+    for seed in (1, 2, 3):
+        for i, d in enumerate(variants(seed)):
+            dtype = d["rewards"].dtype
+            for g, w in zip(
+                _call("gae", d, backend="triton"), _reference("gae", d, 0), strict=True
+            ):
+                assert_close(g, w, dtype, name=f"variant {i}, seed {seed}")
+    assert len(launcher_calls) == 4, "each variant records once, then replays"
+    for T in range(2, 14):  # more recordings of one structure than are kept
+        _call("gae", _inputs("gae", (T, 3), 0, device, torch.float32, T, **kw), backend="triton")
+    assert max(map(len, _replay._PLANS.values())) <= _replay._MAX_PLANS
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradients_take_the_differentiable_path(device):
     d = _inputs("gae", (7, 3), 0, device, torch.float32, 6, truncation=False, tensor_gamma=False)
