@@ -8,7 +8,7 @@ the public function, with fresh outputs and with ``out=``, in three configuratio
   RL_TRITON_REPLAY=0);
 * ``direct``: the compiled kernel's launcher called directly, no replay (RL_TRITON_REPLAY=0);
 * ``direct+replay``: the default: a repeated call replays its recorded launch
-  (rl_triton_core/_replay.py) after one dictionary lookup.
+  (rl_triton_core/_replay.py) after a lookup and a check of its tensors.
 
 The three configurations take turns, five rounds, best round each (this host's timings
 drift); the rows for scale are best of three rounds.
