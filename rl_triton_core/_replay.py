@@ -42,7 +42,7 @@ from ._dispatch import triton_interpreted
 
 ENABLED = os.environ.get("RL_TRITON_REPLAY", "1") != "0"  # RL_TRITON_REPLAY=0: never replay
 _INTERPRETED = triton_interpreted()
-_MAX_ENTRIES = 4096  # many distinct call signatures: start afresh
+_MAX_RECORDINGS = 4096  # recordings in all (many distinct calls): more start afresh
 _state = threading.local()  # the recording of the call in progress, per thread (IMPALA actors)
 
 
@@ -61,11 +61,14 @@ def _structure(args: tuple, kwargs: dict, tensors: list[Tensor]) -> tuple:
     sign, the value the kernel receives); where the tensors are, and ``out=`` sequences (any
     tuple or list) by length; the keywords' names. The tensors are collected into ``tensors``,
     in order (their metadata is checked by :func:`_guards`). Raises TypeError for anything
-    else (numpy scalars, other number types): such calls are never replayed."""
+    else (numpy scalars, other number types, nested tensors): such calls are never
+    replayed."""
     key = [len(args)]
     for x in (*args, *kwargs.values()):
         cls = x.__class__
         if cls is Tensor:
+            if x.is_nested:  # (the C++ checks would abort the process on its strides)
+                raise TypeError
             tensors.append(x)
             key.append(Tensor)
         elif cls in _SCALARS:
@@ -73,7 +76,7 @@ def _structure(args: tuple, kwargs: dict, tensors: list[Tensor]) -> tuple:
         elif isinstance(x, (tuple, list)):
             key.append((list, len(x)))
             for o in x:
-                if o.__class__ is not Tensor:
+                if o.__class__ is not Tensor or o.is_nested:
                     raise TypeError
                 tensors.append(o)
         else:
@@ -106,7 +109,8 @@ def _cpp_tensor_checks():
 
         x = torch.zeros(2, 3)
         guards = TensorGuards(x, dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[3, 1]])
-        others = (torch.zeros(2, 4), torch.zeros(3, 2).t(), x.double(), x.clone().requires_grad_())
+        others = (torch.zeros(2, 4), torch.zeros(2, 3, 1), torch.zeros(3, 2).t(), x.double(),
+                  x.clone().requires_grad_(), torch.zeros(2, 3, device="meta"))  # fmt: skip
         if guards.check(torch.ones(2, 3)) and not any(guards.check(o) for o in others):
             return TensorGuards
     except Exception:  # (any failure: the Python checks)
@@ -204,8 +208,15 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
         lines.append(f"    start(L{k}, ({', '.join(items)},))")
     outs = [source(s) for s in returned]
     lines.append(f"    return {outs[0]}" if single else f"    return ({', '.join(outs)},)")
-    exec("\n".join(lines), names)  # (generated from the recording: no user text)
+    exec(_code("\n".join(lines)), names)  # (generated from the recording: no user text)
     return names["replay"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _code(source: str):
+    """Compiled replay source: one compile (~0.4 ms) per distinct layout of a recording; the
+    recordings of other shapes of the same call share it."""
+    return compile(source, "<rl_triton_core replay>", "exec")
 
 
 # The allocation entry points of torch.compile's generated code (CUDA: on the current device):
@@ -225,9 +236,12 @@ def empty(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device)
     return torch.empty_strided(shape, stride, dtype=dtype, device=device)
 
 
-# call structure -> ((guards, tensor metadata, replay or None), ...)
+# (function, grad mode, first tensor's shape, call structure) -> the recordings under that key:
+# ((tensor checks, tensor metadata, replay or None), ...)
 _PLANS: dict[tuple, tuple] = {}
-_MAX_PLANS = 8  # recordings of one call structure (shapes, dtypes, ...): more start afresh
+_MAX_PLANS = 8  # recordings kept per key (other dtypes, strides ...): the oldest goes first
+_recordings = 0  # made since _PLANS was last cleared
+_grad_enabled = torch.is_grad_enabled
 
 
 def replayable(fn: Callable) -> Callable:
@@ -246,10 +260,12 @@ def replayable(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         tensors: list[Tensor] = []
         try:
-            key = (name, *_structure(args, kwargs, tensors))
+            # (grad mode: a recording made under no_grad must not serve a call that records
+            # gradients; the first tensor's shape: one short list of recordings a shape)
+            key = (name, _grad_enabled(), first.shape, *_structure(args, kwargs, tensors))
             recorded = _PLANS.get(key, ())
-        except TypeError:  # an argument of another type, or an unhashable one
-            return fn(*args, **kwargs)
+        except (TypeError, RuntimeError):  # an argument of another type, an unhashable one, a
+            return fn(*args, **kwargs)  # nested tensor first (no shape): the ordinary path
         outer = recording()
         if outer is not None:  # called inside another call's recording (a user callback)
             outer.append(None)  # the outer call's launches would involve this one's
@@ -263,18 +279,21 @@ def replayable(fn: Callable) -> Callable:
             for _, recorded_metadata, replay in recorded:
                 if recorded_metadata == metadata:
                     return fn(*args, **kwargs) if replay is None else replay(tensors)
-        if any(t.requires_grad for t in tensors):
-            return fn(*args, **kwargs)  # (with grad mode on: see estimators._graph_path)
+        if key[1] and any(t.requires_grad for t in tensors):
+            return fn(*args, **kwargs)  # the differentiable path (see estimators._graph_path)
         _state.launches = launches = []
         try:
             result = fn(*args, **kwargs)
         finally:
             _state.launches = None
-        if len(_PLANS) >= _MAX_ENTRIES:
+        global _recordings
+        if _recordings >= _MAX_RECORDINGS:
             _PLANS.clear()
+            _recordings = 0
+        _recordings += 1
         metadata = _MetadataGuards(tensors).metadata
         entry = (_guards(tensors), metadata, _plan(launches, tensors, result))
-        _PLANS[key] = (*recorded[-_MAX_PLANS + 1 :], entry)
+        _PLANS[key] = (*recorded[max(0, len(recorded) + 1 - _MAX_PLANS) :], entry)
         return result
 
     return call

@@ -625,3 +625,51 @@ def test_long_sequence_with_cuts_and_nan_matches_oracle(fn, backend, device):
         n_nan = int(torch.isnan(e).sum())
         assert 0 < n_nan < e.numel() // 2, "the test needs some, but not most, outputs NaN"
         assert_close(r, e, F64, name=f"{fn} output {k}")
+
+
+# ---------------------------------------------------------------- negative-bit views
+
+
+def test_negative_bit_views_are_read_and_written_as_their_values(backend, device):
+    """``z.conj().imag`` is a float view whose memory holds minus its values (the negative
+    bit): as inputs, ``bootstrap_value``/``initial``, a per-step gamma and ``out=`` tensors,
+    such views give what the same values give, call after call."""
+
+    def neg_view(values):  # (made on the device: a copy on the way could resolve the bit)
+        values = values.to(device=device, dtype=torch.float32)
+        view = torch.complex(torch.zeros_like(values), -values).conj().imag
+        assert view.is_neg() and torch.equal(view, values)
+        return view
+
+    g = rng(1)
+    T, N = 9, 3
+    r, v, x, boot = u(g, T, N), u(g, T, N), u(g, T, N), u(g, N)
+    gamma = u(g, T, N, lo=0.5, hi=1.0)
+    done = (u(g, T, N) > 0.6).to(device)
+    a = u(g, T, N, lo=0.0, hi=1.0).to(device, torch.float32)
+
+    def calls(r, v, x, boot, gamma):
+        return {
+            "gae": lambda **k: rtc.gae(
+                r, v, done, bootstrap_value=boot, gamma=gamma, lmbda=0.8, **k
+            ),
+            "vtrace": lambda **k: rtc.vtrace(
+                r, v, -v.abs(), -x.abs(), done, bootstrap_value=boot, gamma=0.9, **k
+            ),
+            "linear_scan": lambda **k: rtc.linear_scan(a, x, initial=boot, **k),
+        }
+
+    plain = calls(*(t.to(device, torch.float32) for t in (r, v, x, boot, gamma)))
+    views = calls(*(neg_view(t) for t in (r, v, x, boot, gamma)))
+    for name, fn in views.items():
+        want = as_tuple(plain[name](backend="reference"))
+        for _ in range(2):  # (a repeated call: replays refuse such views)
+            for got, w in zip(as_tuple(fn(backend=backend)), want, strict=True):
+                assert_close(got, w, torch.float32, name=f"{name}, negative-bit inputs")
+    outs = (neg_view(torch.zeros(T, N)), neg_view(torch.zeros(T, N)))
+    want = as_tuple(plain["gae"](backend="reference"))
+    for _ in range(2):
+        got = views["gae"](backend=backend, out=outs)
+        assert got[0] is outs[0] and got[1] is outs[1]
+        for o, w in zip(outs, want, strict=True):
+            assert_close(o, w, torch.float32, name="gae, negative-bit out=")

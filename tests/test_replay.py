@@ -227,6 +227,7 @@ def test_each_recording_replays_only_its_own_tensors(device, checks, launcher_ca
     another shape, dtype or strides record once each; alternating between them then replays
     the recording whose tensors match, never another one (with torch's C++ tensor checks, and
     with the Python ones used where torch lacks them)."""
+    monkeypatch.setattr(_replay, "_PLANS", {})
     if checks == "python":
         monkeypatch.setattr(_replay, "_TensorGuards", None)
     kw = dict(truncation=False, tensor_gamma=False)
@@ -247,23 +248,49 @@ def test_each_recording_replays_only_its_own_tensors(device, checks, launcher_ca
             ):
                 assert_close(g, w, dtype, name=f"variant {i}, seed {seed}")
     assert len(launcher_calls) == 4, "each variant records once, then replays"
+    for seed in (4, 5):  # one tensor in two places (matched in Python): the same recordings
+        for i, d in enumerate(variants(seed)):
+            d["values"] = d["rewards"]
+            dtype = d["rewards"].dtype
+            for g, w in zip(
+                _call("gae", d, backend="triton"), _reference("gae", d, 0), strict=True
+            ):
+                assert_close(g, w, dtype, name=f"aliased variant {i}, seed {seed}")
+    assert len(launcher_calls) == 4, "aliased calls replay the matching recording"
     for T in range(2, 14):  # more recordings of one structure than are kept
         _call("gae", _inputs("gae", (T, 3), 0, device, torch.float32, T, **kw), backend="triton")
     assert max(map(len, _replay._PLANS.values())) <= _replay._MAX_PLANS
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_gradients_take_the_differentiable_path(device):
+def test_gradients_take_the_differentiable_path(device, launcher_calls):
+    """Inputs that require grad: under no_grad a call records and replays; with grad mode on
+    it never replays that recording (nor records one): its outputs carry the graph."""
     d = _inputs("gae", (7, 3), 0, device, torch.float32, 6, truncation=False, tensor_gamma=False)
+    d["values"] = d["values"].detach().requires_grad_()
+    for _ in range(2):
+        with torch.no_grad():
+            adv, _ = _call("gae", d, backend="triton")
+        assert adv.grad_fn is None
+    assert len(launcher_calls) == 1, "the no_grad call was not replayed"
     for _ in range(2):
         d["values"] = d["values"].detach().requires_grad_()
         adv, _ = _call("gae", d, backend="triton")
         assert adv.grad_fn is not None
         adv.sum().backward()
         assert d["values"].grad is not None
-    with torch.no_grad():  # no gradient wanted: replayable again
-        adv, _ = _call("gae", d, backend="triton")
-    assert adv.grad_fn is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nested_tensors_are_refused_not_replayed(device):
+    """A nested tensor where a recording has a strided one: an ordinary error (torch's C++
+    tensor checks would abort the process on its strides)."""
+    d = _inputs("gae", (7, 3), 0, device, torch.float32, 7, truncation=False, tensor_gamma=False)
+    for _ in range(2):
+        _call("gae", d, backend="triton")
+    d["values"] = torch.nested.nested_tensor([torch.randn(7, 3), torch.randn(5, 3)]).to(device)
+    with pytest.raises((TypeError, ValueError, RuntimeError)):
+        _call("gae", d, backend="triton")
 
 
 @pytest.mark.parametrize("device", DEVICES)

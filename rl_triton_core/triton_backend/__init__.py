@@ -3,7 +3,9 @@
 The launcher reads strides (never copies the common layouts), collapses the batch axes into
 one index, picks the tile shape from the layout and decides whether to split the time axis
 across programs, then launches :func:`kernels.scan_kernel` once (two or three times when split:
-see :func:`start`).
+see :func:`start`). Copies are made only for what a kernel cannot address in place: rare
+layouts (``_needs_copies``) and negative-bit views (``z.conj().imag``: their memory holds minus
+their values).
 """
 
 from __future__ import annotations
@@ -386,6 +388,25 @@ def _launch(
     x = (*x, *(None,) * (5 - len(x)))
     flags = (*flags, *(None,) * (2 - len(flags)))
     coefs = (*coefs, *(0.0,) * (5 - len(coefs)))
+    if any(isinstance(t, Tensor) and t.is_neg() for t in (*x, *coefs, boot, out0, out1)):
+        # a negative-bit view (``z.conj().imag``) holds minus its values in memory, which the
+        # kernel reads as they are: inputs resolved, outputs written through temporaries
+        # (flags: only whether they are non-zero counts, which the sign does not change)
+        resolved = [o if o is None or not o.is_neg() else
+                    torch.empty(o.shape, dtype=o.dtype, device=o.device)
+                    for o in (out0, out1)]  # fmt: skip
+        _launch(
+            kind, *resolved, flags=flags, reverse=reverse, trace=trace, has_next=has_next,
+            has_values=has_values, boot=boot if boot is None else boot.resolve_neg(),
+            x=[t if t is None else t.resolve_neg() for t in x],
+            coefs=[c.resolve_neg() if isinstance(c, Tensor) else c for c in coefs],
+        )  # fmt: skip
+        for o, r in zip((out0, out1), resolved, strict=True):
+            if o is not r:
+                o.copy_(r)
+        if (recording := _replay.recording()) is not None:
+            recording.append(None)  # (its launches address copies: not replayable)
+        return
     outs = results = (out0, out1)
     if out0.dtype == torch.float64:  # Triton passes Python floats as float32: keep float64
         coefs = tuple(
