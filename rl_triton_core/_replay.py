@@ -11,10 +11,11 @@ tensor data (see :mod:`._validate`), so their outcome can be remembered:
    writes is one of the caller's tensors (time-first views share their data pointer, and the
    kernel addresses them through the recorded strides) or a freshly allocated output. The
    mapping is compiled into a straight-line function of the call's tensors (:func:`_compile`).
-3. A later call looks up the recordings of its structure (arguments, scalars, keywords:
-   :func:`_structure`), checks its tensors against each one's (class, shape, strides, dtype,
-   device, ``requires_grad``: :func:`_guards`, torch.compile's C++ checks where torch has
-   them), and replays the first that matches with its own tensors: no validation, no views.
+3. A later call looks up the recordings under its key (grad mode, the first tensor's shape,
+   the call's structure: :func:`_structure`), checks its tensors against each one's (class,
+   shape, strides, dtype, device, ``requires_grad``: :func:`_metadata`, in C++ by
+   :func:`_cpp_checks` where torch has them), and replays the first that matches with its own
+   tensors: no validation, no views.
 
 A call is only recorded when the mapping is exact: every launch argument that is a tensor is
 found among the call's tensors or outputs (or is a cached constant of the launcher), every
@@ -60,9 +61,8 @@ def _structure(args: tuple, kwargs: dict, tensors: list[Tensor]) -> tuple:
     number of positional arguments; Python scalars by type and value (a zero float with its
     sign, the value the kernel receives); where the tensors are, and ``out=`` sequences (any
     tuple or list) by length; the keywords' names. The tensors are collected into ``tensors``,
-    in order (their metadata is checked by :func:`_guards`). Raises TypeError for anything
-    else (numpy scalars, other number types, nested tensors): such calls are never
-    replayed."""
+    in order (their metadata is checked separately). Raises TypeError for anything else (numpy
+    scalars, other number types, nested tensors): such calls are never replayed."""
     key = [len(args)]
     for x in (*args, *kwargs.values()):
         cls = x.__class__
@@ -85,20 +85,10 @@ def _structure(args: tuple, kwargs: dict, tensors: list[Tensor]) -> tuple:
     return tuple(key)
 
 
-class _MetadataGuards:
-    """What :func:`_guards` checks, in Python (where torch lacks the C++ checks)."""
-
-    __slots__ = ("metadata",)
-
-    def __init__(self, tensors: list[Tensor]):
-        self.metadata = [self._of(t) for t in tensors]
-
-    @staticmethod
-    def _of(t: Tensor) -> tuple:
-        return t.__class__, t.shape, t.stride(), t.dtype, t.device, t.requires_grad
-
-    def check(self, *tensors: Tensor) -> bool:
-        return all(self._of(t) == m for t, m in zip(tensors, self.metadata, strict=True))
+def _metadata(tensors: list[Tensor]) -> list[tuple]:
+    """What a replay depends on in each tensor, for the checks in Python: class (subclasses,
+    whose dispatch differs), shape, strides, dtype, device and ``requires_grad``."""
+    return [(t.__class__, t.shape, t.stride(), t.dtype, t.device, t.requires_grad) for t in tensors]
 
 
 def _cpp_tensor_checks():
@@ -121,11 +111,11 @@ def _cpp_tensor_checks():
 _TensorGuards = _cpp_tensor_checks()
 
 
-def _guards(tensors: list[Tensor]):
-    """A check that later tensors have the recorded ones' class (dispatch keys), shape,
-    strides, dtype, device and ``requires_grad``: ``check(*tensors) -> bool``."""
+def _cpp_checks(tensors: list[Tensor]):
+    """The same checks as comparing :func:`_metadata` (dispatch keys for the class), in C++:
+    ``check(*tensors) -> bool``; None where torch lacks them."""
     if _TensorGuards is None:
-        return _MetadataGuards(tensors)
+        return None
     return _TensorGuards(
         *tensors,
         dynamic_dims_sizes=[list(t.shape) for t in tensors],
@@ -237,7 +227,7 @@ def empty(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device)
 
 
 # (function, grad mode, first tensor's shape, call structure) -> the recordings under that key:
-# ((tensor checks, tensor metadata, replay or None), ...)
+# ((C++ tensor checks or None, tensor metadata, replay or None), ...)
 _PLANS: dict[tuple, tuple] = {}
 _MAX_PLANS = 8  # recordings kept per key (other dtypes, strides ...): the oldest goes first
 _recordings = 0  # made since _PLANS was last cleared
@@ -270,12 +260,13 @@ def replayable(fn: Callable) -> Callable:
         if outer is not None:  # called inside another call's recording (a user callback)
             outer.append(None)  # the outer call's launches would involve this one's
             return fn(*args, **kwargs)
-        for guards, _, replay in recorded:
-            if guards.check(*tensors):
+        for checks, _, replay in recorded:
+            if checks is not None and checks.check(*tensors):
                 return fn(*args, **kwargs) if replay is None else replay(tensors)
-        if len(set(map(id, tensors))) < len(tensors):  # one tensor in two places, which the
-            # C++ checks refuse: the Python checks
-            metadata = _MetadataGuards(tensors).metadata
+        metadata = None
+        if _TensorGuards is None or len(set(map(id, tensors))) < len(tensors):  # the checks
+            # in Python: torch lacks the C++ ones, or one tensor is in two places (they refuse)
+            metadata = _metadata(tensors)
             for _, recorded_metadata, replay in recorded:
                 if recorded_metadata == metadata:
                     return fn(*args, **kwargs) if replay is None else replay(tensors)
@@ -291,8 +282,11 @@ def replayable(fn: Callable) -> Callable:
             _PLANS.clear()
             _recordings = 0
         _recordings += 1
-        metadata = _MetadataGuards(tensors).metadata
-        entry = (_guards(tensors), metadata, _plan(launches, tensors, result))
+        entry = (
+            _cpp_checks(tensors),
+            metadata or _metadata(tensors),
+            _plan(launches, tensors, result),
+        )
         _PLANS[key] = (*recorded[max(0, len(recorded) + 1 - _MAX_PLANS) :], entry)
         return result
 

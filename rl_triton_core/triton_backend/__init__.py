@@ -3,9 +3,8 @@
 The launcher reads strides (never copies the common layouts), collapses the batch axes into
 one index, picks the tile shape from the layout and decides whether to split the time axis
 across programs, then launches :func:`kernels.scan_kernel` once (two or three times when split:
-see :func:`start`). Copies are made only for what a kernel cannot address in place: rare
-layouts (``_needs_copies``) and negative-bit views (``z.conj().imag``: their memory holds minus
-their values).
+see :func:`start`). Copies are made only for what a kernel cannot address in place
+(``_needs_copies``): rare layouts and negative-bit views.
 """
 
 from __future__ import annotations
@@ -262,7 +261,7 @@ _LAUNCHES: dict[tuple, _Launch] = {}
 
 
 def _signature(t: Tensor | None):
-    return None if t is None else (t.shape, t.stride(), t.dtype)
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.is_neg())
 
 
 def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs) -> _Launch:
@@ -348,8 +347,12 @@ def _group_size(plan: Plan, fold: int) -> int:
 
 
 def _needs_copies(x, flags, coefs, boot, outs) -> bool:
-    """Rare layouts that the kernel cannot address in place (see ``_shared_strides``)."""
+    """Rare layouts that the kernel cannot address in place (see ``_shared_strides``), and
+    negative-bit views (``z.conj().imag``), whose memory holds minus their values (flags
+    aside: only whether they are non-zero counts, which the sign does not change)."""
     tensor_coefs = [c for c in coefs if isinstance(c, Tensor)]
+    if any(t is not None and t.is_neg() for t in (*x, *tensor_coefs, boot, *outs)):
+        return True
     if any(_group_pair(group) is None for group in (x, flags, tensor_coefs)):
         return True
     return (boot is not None and _collapse(boot.unsqueeze(0)) is None) or any(
@@ -388,25 +391,6 @@ def _launch(
     x = (*x, *(None,) * (5 - len(x)))
     flags = (*flags, *(None,) * (2 - len(flags)))
     coefs = (*coefs, *(0.0,) * (5 - len(coefs)))
-    if any(isinstance(t, Tensor) and t.is_neg() for t in (*x, *coefs, boot, out0, out1)):
-        # a negative-bit view (``z.conj().imag``) holds minus its values in memory, which the
-        # kernel reads as they are: inputs resolved, outputs written through temporaries
-        # (flags: only whether they are non-zero counts, which the sign does not change)
-        resolved = [o if o is None or not o.is_neg() else
-                    torch.empty(o.shape, dtype=o.dtype, device=o.device)
-                    for o in (out0, out1)]  # fmt: skip
-        _launch(
-            kind, *resolved, flags=flags, reverse=reverse, trace=trace, has_next=has_next,
-            has_values=has_values, boot=boot if boot is None else boot.resolve_neg(),
-            x=[t if t is None else t.resolve_neg() for t in x],
-            coefs=[c.resolve_neg() if isinstance(c, Tensor) else c for c in coefs],
-        )  # fmt: skip
-        for o, r in zip((out0, out1), resolved, strict=True):
-            if o is not r:
-                o.copy_(r)
-        if (recording := _replay.recording()) is not None:
-            recording.append(None)  # (its launches address copies: not replayable)
-        return
     outs = results = (out0, out1)
     if out0.dtype == torch.float64:  # Triton passes Python floats as float32: keep float64
         coefs = tuple(
@@ -429,14 +413,17 @@ def _launch(
     copies = False
     if launch is None:
         copies = _needs_copies(x, flags, coefs, boot, outs)
-        if copies:  # the slow, uncached path
-            x, flags = _shared_strides(list(x))[0], _shared_strides(list(flags))[0]
-            tensor_coefs = _shared_strides([c if isinstance(c, Tensor) else None for c in coefs])
+        if copies:  # the slow, uncached path (negative bits resolved: a no-op without one)
+            x = [None if t is None else t.resolve_neg() for t in x]
+            x, flags = _shared_strides(x)[0], _shared_strides(list(flags))[0]
+            tensor_coefs = _shared_strides(
+                [c.resolve_neg() if isinstance(c, Tensor) else None for c in coefs]
+            )
             coefs = [c if t is None else t for c, t in zip(coefs, tensor_coefs[0], strict=True)]
-            boot = _boundary_stride(boot)[0]
+            boot = _boundary_stride(None if boot is None else boot.resolve_neg())[0]
             outs = tuple(
                 torch.empty(o.shape, dtype=o.dtype, device=o.device)
-                if o is not None and _collapse(o) is None
+                if o is not None and (o.is_neg() or _collapse(o) is None)
                 else o
                 for o in outs
             )
