@@ -171,8 +171,21 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
             n0 = empty(*o0)
             start(L0, (t[0], t[1], None, c0_3, ..., n0))
             return n0
+
+    An unsplit CUDA launch that was launched directly (``whole_direct``) skips ``start``: the
+    replay passes the tensors' addresses to Triton's launcher itself, as integers (Triton
+    then neither calls ``data_ptr`` nor asks the driver about each pointer), when every
+    address is 16-byte aligned as recorded, no profiler hooks Triton's launches and the
+    launch's device is the current one; otherwise it calls ``start``:
+
+            p0_0 = t[0].data_ptr()
+            ...
+            if (p0_0 | ... | p0_9) & 15 or hooks() or device() != D0:
+                start(L0, (t[0], ...))
+            else:
+                R0(*G0, 1, stream(D0), F0, M0, None, None, None, p0_0, ..., None, *K0)
     """
-    from .triton_backend import start
+    from .triton_backend import _launch_hooks_set, start, whole_direct
 
     names = {"empty": empty, "start": start}
     lines = ["def replay(t):"]
@@ -195,7 +208,32 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
             else:
                 names[f"c{k}_{pos}"] = a
                 items.append(f"c{k}_{pos}")
-        lines.append(f"    start(L{k}, ({', '.join(items)},))")
+        call = f"start(L{k}, ({', '.join(items)},))"
+        direct = whole_direct(launch)
+        if direct is None:
+            lines.append(f"    {call}")
+            continue
+        addresses = list(items)  # the launch's tensors by address
+        checked = []
+        for pos in launch.pointers:
+            addresses[pos] = f"p{k}_{pos}"
+            if pos in filled:
+                lines.append(f"    p{k}_{pos} = {items[pos]}.data_ptr()")
+                checked.append(f"p{k}_{pos}")
+            else:  # a cached constant of the launcher (kept alive by c{k}_{pos})
+                names[f"p{k}_{pos}"] = template[pos].data_ptr()
+        names.update(hooks=_launch_hooks_set, device=torch._C._cuda_getDevice)
+        names.update(stream=torch._C._cuda_getCurrentRawStream)
+        names.update({f"R{k}": direct[0], f"F{k}": direct[1], f"M{k}": direct[2]})
+        names.update({f"G{k}": launch.grid, f"D{k}": launch.device.index})
+        names[f"K{k}"] = (*launch.tail, *direct[3])
+        lines.append(f"    if ({' | '.join(checked)}) & 15 or hooks() or device() != D{k}:")
+        lines.append(f"        {call}")
+        lines.append("    else:")
+        fast = ", ".join(addresses)
+        lines.append(
+            f"        R{k}(*G{k}, 1, stream(D{k}), F{k}, M{k}, None, None, None, {fast}, None, *K{k})"
+        )
     outs = [source(s) for s in returned]
     lines.append(f"    return {outs[0]}" if single else f"    return ({', '.join(outs)},)")
     exec(_code("\n".join(lines)), names)  # (generated from the recording: no user text)

@@ -362,6 +362,65 @@ def test_misaligned_call_after_an_aligned_one(T, N, time_dim):
     assert per_phase and all(c and min(c.values()) >= 2 for c in per_phase), per_phase
 
 
+@pytest.mark.parametrize("with_out", [False, True])
+def test_replay_launches_by_address_unless_misaligned_or_hooked(with_out, monkeypatch):
+    """A replayed unsplit call hands its tensors' addresses straight to Triton's launcher (no
+    ``start``, no ``_run``); the same call with misaligned tensors, or while a profiler hooks
+    Triton's launches, goes through ``_run`` (the right kernel for the alignment; the JIT,
+    which calls the hooks). Outputs NaN-poisoned before every call, checked every time."""
+    import types
+
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core import _replay
+
+    runs = []
+    real_run = tb._run
+    monkeypatch.setattr(tb, "_run", lambda *a: (runs.append(a[3]), real_run(*a))[1])
+    tb._LAUNCHES.clear()
+    _replay._PLANS.clear()
+    gen = torch.Generator(device=CUDA).manual_seed(13)
+    T, N = 128, 4096
+    d = _inputs((T, N), 0, torch.float32, gen)
+    want = rtc.gae(
+        d["rewards"].double(), d["values"].double(), d["term"], truncated=d["trunc"],
+        next_values=d["next_values"].double(), gamma=0.99, lmbda=0.95, backend="torch",
+    )  # fmt: skip
+    outs = (torch.empty(T, N, device=CUDA), torch.empty(T, N, device=CUDA))
+
+    def call(inputs):
+        for o in outs:
+            o.fill_(float("nan"))
+        got = rtc.gae(
+            inputs["rewards"], inputs["values"], inputs["term"], truncated=inputs["trunc"],
+            next_values=inputs["next_values"], gamma=0.99, lmbda=0.95, backend="triton",
+            **({"out": outs} if with_out else {}),
+        )  # fmt: skip
+        for g, w, name in zip(got, want, ("advantages", "returns"), strict=True):
+            _close(g, w, torch.float32, name)
+
+    call(d)  # records
+    (launch,) = tb._LAUNCHES.values()
+    assert launch.plan.n_chunks == 1 and tb.whole_direct(launch) is not None
+    assert len(runs) == 1
+    call(d)
+    call({k: v.clone() for k, v in d.items()})
+    assert len(runs) == 1, "a replay went through _run"
+
+    def misaligned(x):
+        buf = torch.empty(x.numel() + 16, dtype=x.dtype, device=CUDA)
+        return buf[1 : 1 + x.numel()].view(x.shape).copy_(x)
+
+    call({k: misaligned(v) for k, v in d.items()})  # (a replay of the same recording)
+    assert len(runs) == 2, "a misaligned replay did not go through _run"
+    hooked = types.SimpleNamespace(launch_enter_hook=lambda *a: None)
+    monkeypatch.setattr(tb, "_RUNTIME_KNOBS", hooked)  # (as if a profiler had set a hook)
+    call(d)
+    assert len(runs) == 3, "a replay with launch hooks set did not go through _run"
+    monkeypatch.setattr(tb, "_RUNTIME_KNOBS", None)
+    call(d)
+    assert len(runs) == 3
+
+
 def test_same_call_on_two_streams_at_once():
     """The same split call (one launch description, a group pass) running concurrently on two
     streams: each call has its own chunk totals, so both results are right."""

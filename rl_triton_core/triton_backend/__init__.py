@@ -13,7 +13,6 @@ import functools
 import math
 import os
 import struct
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -108,6 +107,12 @@ _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.va
 _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
+# The most sequences at which an estimator's few-long plan runs 4- or 8-column chunks side by
+# side in 64-column tiles (sweep 16: 0.58-0.97x the time of 8 x 16 tiles, which leave 12 of 16
+# columns idle at N = 4, for these four; V-trace, traces and the scan no faster; GAE and
+# discounted returns slower at N = 8, TD(lambda) and Retrace 0.83-0.97x there).
+_NARROW_SIDE_BY_SIDE = {kernels.GAE.value: 4, kernels.DISCOUNTED.value: 4,
+                        kernels.LAMBDA.value: 8, kernels.RETRACE.value: 8}  # fmt: skip
 
 
 def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> Plan:
@@ -159,12 +164,15 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             # many chunks cheap; sweep 13); from T = 65536, the estimators with the fewest
             # inputs run 128 / cols chunks side by side in a program instead, so that each
             # thread scans its own columns in registers (GAE, TD(lambda), V-trace and Retrace
-            # measured slower that way)
+            # measured slower that way at N = 16); with at most 4 or 8 sequences (see
+            # _NARROW_SIDE_BY_SIDE) 64 / cols chunks side by side at any such T (sweep 16)
             min_chunk = 32 if T <= 65536 else 64
             block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
             prefetch = kind in _PREFETCH_FEW_LONG
-            if T >= 65536 and kind in _SIDE_BY_SIDE:
-                cols = max(4, triton.next_power_of_2(N))
+            cols = max(4, triton.next_power_of_2(N))
+            if N <= _NARROW_SIDE_BY_SIDE.get(kind, 0):  # at most 8 sequences: 64-column
+                block_n, target, segs = 64, 8 * sms, 64 // cols  # tiles of chunks side by side
+            elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
         elif time_major and N <= 16:  # few sequences: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
@@ -229,12 +237,13 @@ def _launch_hooks_set() -> bool:
     return bool(getattr(hook, "calls", hook))
 
 
-def _direct_launcher(compiled, meta: dict, phase: dict) -> Callable | None:
-    """Launch a kernel Triton already compiled through its C launcher, without the JIT
+def _direct_launcher(compiled, meta: dict, phase: dict) -> tuple | None:
+    """How to launch a kernel Triton already compiled through its C launcher, without the JIT
     dispatcher in front of it (argument binding, specialisation, cache key and launch hooks:
-    most of the 17-40 µs a Python-side launch costs). The launch itself is the same one
-    ``JITFunction.run`` makes. None where this Triton's compiled kernel lacks the
-    attributes used (the ordinary launch is used then)."""
+    most of the 17-40 µs a Python-side launch costs): ``(run, function, packed, constexprs)``,
+    launched as ``run(grid_x, grid_y, 1, stream, function, packed, None, None, None, *args,
+    *constexprs)``, the same launch ``JITFunction.run`` makes. None where this Triton's
+    compiled kernel lacks the attributes used (the ordinary launch is used then)."""
     try:
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
     except AttributeError:
@@ -246,13 +255,15 @@ def _direct_launcher(compiled, meta: dict, phase: dict) -> Callable | None:
     if any(p.is_constexpr for p in params[:runtime]):
         return None  # the launcher takes the constexprs after the runtime arguments
     constexprs = {**meta, **phase}
-    tail = tuple(constexprs[p.name] for p in params[runtime:])
+    return run, function, packed, tuple(constexprs[p.name] for p in params[runtime:])
 
-    def launch(grid: tuple[int, int], device_index: int, args: tuple) -> None:
-        stream = torch._C._cuda_getCurrentRawStream(device_index)
-        run(grid[0], grid[1], 1, stream, function, packed, None, None, None, *args, *tail)
 
-    return launch
+def whole_direct(launch: _Launch) -> tuple | None:
+    """The direct launcher (see `_direct_launcher`) of an unsplit launch with every tensor
+    16-byte aligned, if a call made one: what a replay needs to launch without `start`."""
+    if launch.plan.n_chunks != 1 or launch.device.type != "cuda":
+        return None
+    return launch.direct.get((_WHOLE, *(True,) * len(launch.pointers)))
 
 
 # Launch descriptions by call signature: a training loop calls with the same shapes every
@@ -491,7 +502,10 @@ def _run(launch: _Launch, args: tuple, grid: tuple[int, int], phase: _Phase) -> 
     key = (phase, *[args[i].data_ptr() & 15 == 0 for i in launch.pointers])
     direct = launch.direct.get(key)
     if direct is not None:
-        return direct(grid, device.index, args)
+        run, function, packed, constexprs = direct
+        stream = torch._C._cuda_getCurrentRawStream(device.index)
+        run(grid[0], grid[1], 1, stream, function, packed, None, None, None, *args, *constexprs)
+        return
     compiled = kernels.scan_kernel[grid](*args, **phase._asdict(), **launch.meta)
     launch.direct[key] = _direct_launcher(compiled, launch.meta, phase._asdict())
 
