@@ -140,7 +140,10 @@ LAYOUTS = {
 # a multiple of 16 (Triton specialises N, T and the chunk length on that); (8192, 5),
 # (65_536, 3) and (131_072, 16): the few-long-sequences plan, in 256, 2048 and 2048 programs
 # (two-level carry-in: a group pass); (131_072, 16) and (65_536, 3): discounted returns, traces
-# and the scan run 8 and 32 chunks side by side in a program there; (1_000_000, 1): one long
+# and the scan run 8 and 32 chunks side by side in a program there; (65_536, 3) and (8192, 5):
+# GAE, discounted returns, TD(lambda) and Retrace (N <= 4), and TD(lambda) and Retrace
+# (N <= 8) run 16 chunks of 4 columns and 8 of 8 side by side in 64-column tiles (in the
+# torchrl layout 2 and 4 sequences); (1_000_000, 1): one long
 # sequence in 1024-step tiles (V-trace included); (300, 1100) and (2048, 1024): time-major, a
 # warp per 64 columns split to fill one wave (Retrace and V-trace from T = 512 only; with 132
 # SMs 128 chunks at 2048: the group pass), and batch-major one-sequence tiles scanned backward
