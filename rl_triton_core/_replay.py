@@ -184,6 +184,10 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
                 start(L0, (t[0], ...))
             else:
                 R0(*G0, 1, stream(D0), F0, M0, None, None, None, p0_0, ..., None, *K0)
+
+    Whether a recording launches by address is decided when it is made: one whose call found
+    no such direct launcher (a first call with misaligned tensors, a profiler's hooks,
+    ``RL_TRITON_DIRECT_LAUNCH=0``) or holds a misaligned constant always calls ``start``.
     """
     from .triton_backend import _launch_hooks_set, start, whole_direct
 
@@ -209,8 +213,10 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
                 names[f"c{k}_{pos}"] = a
                 items.append(f"c{k}_{pos}")
         call = f"start(L{k}, ({', '.join(items)},))"
-        direct = whole_direct(launch)
-        if direct is None:
+        direct = whole_direct(launch)  # (unsplit: launch.pointers are positions in template)
+        if direct is None or any(  # (the direct launcher of the all-aligned kernel)
+            template[pos].data_ptr() & 15 for pos in launch.pointers if pos not in filled
+        ):
             lines.append(f"    {call}")
             continue
         addresses = list(items)  # the launch's tensors by address

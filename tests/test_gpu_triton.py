@@ -368,9 +368,10 @@ def test_misaligned_call_after_an_aligned_one(T, N, time_dim):
 @pytest.mark.parametrize("with_out", [False, True])
 def test_replay_launches_by_address_unless_misaligned_or_hooked(with_out, monkeypatch):
     """A replayed unsplit call hands its tensors' addresses straight to Triton's launcher (no
-    ``start``, no ``_run``); the same call with misaligned tensors, or while a profiler hooks
-    Triton's launches, goes through ``_run`` (the right kernel for the alignment; the JIT,
-    which calls the hooks). Outputs NaN-poisoned before every call, checked every time."""
+    ``start``, no ``_run``); the same call with any one tensor misaligned (input, flag or
+    ``out=``), or while a profiler hooks Triton's launches (enter or exit hook), goes through
+    ``_run`` (the kernel compiled for that alignment; the JIT, which calls the hooks).
+    Outputs NaN-poisoned before every call, checked every time."""
     import types
 
     import rl_triton_core.triton_backend as tb
@@ -388,9 +389,9 @@ def test_replay_launches_by_address_unless_misaligned_or_hooked(with_out, monkey
         d["rewards"].double(), d["values"].double(), d["term"], truncated=d["trunc"],
         next_values=d["next_values"].double(), gamma=0.99, lmbda=0.95, backend="torch",
     )  # fmt: skip
-    outs = (torch.empty(T, N, device=CUDA), torch.empty(T, N, device=CUDA))
+    aligned_outs = (torch.empty(T, N, device=CUDA), torch.empty(T, N, device=CUDA))
 
-    def call(inputs):
+    def call(inputs, outs=aligned_outs):
         for o in outs:
             o.fill_(float("nan"))
         got = rtc.gae(
@@ -400,6 +401,11 @@ def test_replay_launches_by_address_unless_misaligned_or_hooked(with_out, monkey
         )  # fmt: skip
         for g, w, name in zip(got, want, ("advantages", "returns"), strict=True):
             _close(g, w, torch.float32, name)
+
+    def through_run(label, *args):
+        before = len(runs)
+        call(*args)
+        assert len(runs) == before + 1, f"a replay with {label} did not go through _run"
 
     call(d)  # records
     (launch,) = tb._LAUNCHES.values()
@@ -413,15 +419,19 @@ def test_replay_launches_by_address_unless_misaligned_or_hooked(with_out, monkey
         buf = torch.empty(x.numel() + 16, dtype=x.dtype, device=CUDA)
         return buf[1 : 1 + x.numel()].view(x.shape).copy_(x)
 
-    call({k: misaligned(v) for k, v in d.items()})  # (a replay of the same recording)
-    assert len(runs) == 2, "a misaligned replay did not go through _run"
-    hooked = types.SimpleNamespace(launch_enter_hook=lambda *a: None)
-    monkeypatch.setattr(tb, "_RUNTIME_KNOBS", hooked)  # (as if a profiler had set a hook)
-    call(d)
-    assert len(runs) == 3, "a replay with launch hooks set did not go through _run"
+    # (each a replay of the same recording: same shapes, strides, dtypes)
+    for name in ("rewards", "values", "term", "trunc", "next_values"):
+        through_run(f"{name} misaligned", {**d, name: misaligned(d[name])})
+    if with_out:
+        through_run("out[1] misaligned", d, (aligned_outs[0], misaligned(aligned_outs[1])))
+    for hook in ("launch_enter_hook", "launch_exit_hook"):
+        knobs = {"launch_enter_hook": None, "launch_exit_hook": None, hook: lambda *a: None}
+        monkeypatch.setattr(tb, "_RUNTIME_KNOBS", types.SimpleNamespace(**knobs))
+        through_run(f"a {hook} set", d)  # (as if a profiler had set it)
     monkeypatch.setattr(tb, "_RUNTIME_KNOBS", None)
+    before = len(runs)
     call(d)
-    assert len(runs) == 3
+    assert len(runs) == before, "a replay went through _run"
 
 
 def test_same_call_on_two_streams_at_once():

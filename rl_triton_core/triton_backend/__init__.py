@@ -233,8 +233,9 @@ def _launch_hooks_set() -> bool:
     the JIT's launch only, so direct launches step aside while they are set."""
     if _RUNTIME_KNOBS is None:  # Triton < 3.3 has no knobs; it has no direct launches either
         return False
-    hook = _RUNTIME_KNOBS.launch_enter_hook
-    return bool(getattr(hook, "calls", hook))
+    enter = _RUNTIME_KNOBS.launch_enter_hook
+    exit_ = getattr(_RUNTIME_KNOBS, "launch_exit_hook", None)
+    return bool(getattr(enter, "calls", enter)) or bool(getattr(exit_, "calls", exit_))
 
 
 def _direct_launcher(compiled, meta: dict, phase: dict) -> tuple | None:
