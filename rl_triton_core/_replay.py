@@ -183,7 +183,7 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
             if (p0_0 | ... | p0_9) & 15 or hooks() or device() != D0:
                 start(L0, (t[0], ...))
             else:
-                R0(*G0, 1, stream(D0), F0, M0, None, None, None, p0_0, ..., None, *K0)
+                R0(*G0, 1, stream(D0), *H0, p0_0, ..., *K0)
 
     Whether a recording launches by address is decided when it is made: one whose call found
     no such direct launcher (a first call with misaligned tensors, a profiler's hooks,
@@ -230,16 +230,13 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
                 names[f"p{k}_{pos}"] = template[pos].data_ptr()
         names.update(hooks=_launch_hooks_set, device=torch._C._cuda_getDevice)
         names.update(stream=torch._C._cuda_getCurrentRawStream)
-        names.update({f"R{k}": direct[0], f"F{k}": direct[1], f"M{k}": direct[2]})
+        names.update({f"R{k}": direct[0], f"H{k}": direct[1], f"K{k}": direct[2]})
         names.update({f"G{k}": launch.grid, f"D{k}": launch.device.index})
-        names[f"K{k}"] = (*launch.tail, *direct[3])
         lines.append(f"    if ({' | '.join(checked)}) & 15 or hooks() or device() != D{k}:")
         lines.append(f"        {call}")
         lines.append("    else:")
         fast = ", ".join(addresses)
-        lines.append(
-            f"        R{k}(*G{k}, 1, stream(D{k}), F{k}, M{k}, None, None, None, {fast}, None, *K{k})"
-        )
+        lines.append(f"        R{k}(*G{k}, 1, stream(D{k}), *H{k}, {fast}, *K{k})")
     outs = [source(s) for s in returned]
     lines.append(f"    return {outs[0]}" if single else f"    return ({', '.join(outs)},)")
     exec(_code("\n".join(lines)), names)  # (generated from the recording: no user text)

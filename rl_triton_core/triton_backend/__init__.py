@@ -241,10 +241,11 @@ def _launch_hooks_set() -> bool:
 def _direct_launcher(compiled, meta: dict, phase: dict) -> tuple | None:
     """How to launch a kernel Triton already compiled through its C launcher, without the JIT
     dispatcher in front of it (argument binding, specialisation, cache key and launch hooks:
-    most of the 17-40 µs a Python-side launch costs): ``(run, function, packed, constexprs)``,
-    launched as ``run(grid_x, grid_y, 1, stream, function, packed, None, None, None, *args,
-    *constexprs)``, the same launch ``JITFunction.run`` makes. None where this Triton's
-    compiled kernel lacks the attributes used (the ordinary launch is used then)."""
+    most of the 17-40 µs a Python-side launch costs): ``(run, head, constexprs)``, launched as
+    ``run(grid_x, grid_y, 1, stream, *head, *args, *constexprs)``, the same launch
+    ``JITFunction.run`` makes (``head`` is the kernel's function handle and packed metadata,
+    then no launch metadata or hooks). None where this Triton's compiled kernel lacks the
+    attributes used (the ordinary launch is used then)."""
     try:
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
     except AttributeError:
@@ -256,15 +257,31 @@ def _direct_launcher(compiled, meta: dict, phase: dict) -> tuple | None:
     if any(p.is_constexpr for p in params[:runtime]):
         return None  # the launcher takes the constexprs after the runtime arguments
     constexprs = {**meta, **phase}
-    return run, function, packed, tuple(constexprs[p.name] for p in params[runtime:])
+    return (
+        run,
+        (function, packed, None, None, None),
+        tuple(constexprs[p.name] for p in params[runtime:]),
+    )
 
 
 def whole_direct(launch: _Launch) -> tuple | None:
     """The direct launcher (see `_direct_launcher`) of an unsplit launch with every tensor
-    16-byte aligned, if a call made one: what a replay needs to launch without `start`."""
-    if launch.plan.n_chunks != 1 or launch.device.type != "cuda":
+    16-byte aligned, if a call made one: what a replay needs to launch without `start`,
+    ``(run, head, tail)``, launched as ``run(grid_x, grid_y, 1, stream, *head, *args, *tail)``
+    with the call's arguments as `start` takes them."""
+    if launch.plan.n_chunks != 1:
         return None
-    return launch.direct.get((_WHOLE, *(True,) * len(launch.pointers)))
+    direct = launch.direct.get((_WHOLE, *(True,) * len(launch.pointers)))
+    if direct is None:
+        return None
+    run, head, constexprs = direct
+    return run, head, (*_whole_tail(launch), *constexprs)
+
+
+def _whole_tail(launch: _Launch) -> tuple:
+    """The arguments of an unsplit launch after the call's own: no chunk totals, then the
+    launch's cached sizes and strides."""
+    return (None, *launch.tail)
 
 
 # Launch descriptions by call signature: a training loop calls with the same shapes every
@@ -479,7 +496,7 @@ def start(launch: _Launch, args: tuple) -> None:
         with torch.cuda.device(device):  # Triton launches on the current device's stream
             return start(launch, args)
     if launch.plan.n_chunks == 1:
-        return _run(launch, (*args, None, *launch.tail), launch.grid, _WHOLE)
+        return _run(launch, (*args, *_whole_tail(launch)), launch.grid, _WHOLE)
     totals = _replay.empty(
         launch.totals_shape, launch.totals_stride, launch.totals_dtype, launch.device
     )
@@ -503,9 +520,9 @@ def _run(launch: _Launch, args: tuple, grid: tuple[int, int], phase: _Phase) -> 
     key = (phase, *[args[i].data_ptr() & 15 == 0 for i in launch.pointers])
     direct = launch.direct.get(key)
     if direct is not None:
-        run, function, packed, constexprs = direct
+        run, head, constexprs = direct
         stream = torch._C._cuda_getCurrentRawStream(device.index)
-        run(grid[0], grid[1], 1, stream, function, packed, None, None, None, *args, *constexprs)
+        run(grid[0], grid[1], 1, stream, *head, *args, *constexprs)
         return
     compiled = kernels.scan_kernel[grid](*args, **phase._asdict(), **launch.meta)
     launch.direct[key] = _direct_launcher(compiled, launch.meta, phase._asdict())
