@@ -1,19 +1,26 @@
 """Developer tool, no GPU needed: what one tile of ``scan_kernel`` costs in sm_90 instructions.
 
-Compiles the kernel for an H100/H200 (``GPUTarget("cuda", 90, 32)``) with the installed Triton
-(its bundled ptxas and cuobjdump), once with ``UNROLL=1`` and once with ``UNROLL=2``: the
-difference is one tile's body. Prints registers, stack, the body's SASS instructions per
-element a thread owns (``block_t * block_n / (32 * warps)`` elements) and, with ``--mix``, the
-opcodes per element. A tile sweep on the GPU says what is fast; this says why, offline
-(e.g. that Triton's layout already keeps a 1-warp ``[4, 32]`` tile's rows in each thread's
-registers: no shuffles in its scan, 52 instructions an element for GAE).
+Runs the public estimator on CPU tensors with the Triton launcher's last step replaced by a
+capture (the H200's 132 SMs assumed for the plan), so that the plan, the constexprs and the
+arguments are exactly those of a CUDA call of that shape and layout; Triton's own binder then
+specialises them (integers equal to 1 become constants, multiples of 16 and 16-byte aligned
+pointers get divisibility hints) and the installed Triton compiles the kernel for an H100/H200
+(``GPUTarget("cuda", 90, 32)``, its bundled ptxas and cuobjdump), once with the plan's
+``UNROLL`` set to 1 and once to 2. The difference approximates one tile's body (code the
+compiler schedules differently around the loop shows up as small negative counts). Prints
+the plan, registers, stack and the body's SASS instructions per element a thread owns
+(``block_t * block_n / (32 * warps)``); ``--mix`` adds the opcodes per element. A tile sweep
+on the GPU (``sweep_tiles.py``) says what is fast; this says what the instructions are, offline.
 
-    python benchmarks/sass_count.py [--mix] KIND:BT:BN:WARPS[:SEGS] ...
+    python benchmarks/sass_count.py [--mix] [--phase scan|totals]
+        [--plan BT:BN:WARPS[:FIELD=VALUE ...]] ESTIMATOR:T:N[:bm] ...
 
-KIND is an estimator (gae, lambda, discounted, vtrace, retrace, traces, scan); every spec is a
-reverse, unsplit, float32, time-major scan pass with terminated flags and a bootstrap value
-(GAE reads next values from ``values``) and strides specialised like the launcher's.
-The local Triton may differ from the GPU machine's.
+ESTIMATOR: gae, lambda_returns, discounted_returns, vtrace, retrace, eligibility_traces,
+linear_scan; float32 inputs, terminated flags as bool, a bootstrap value where the estimator
+takes one; time-major ``[T, N]`` unless ``bm``. ``--phase`` picks the pass of a split plan
+(an unsplit plan has only the scan). ``--plan`` replaces the tile (unsplit; prefetch off;
+other ``Plan`` fields by name, e.g. ``segs=2``).
+The local Triton may compile differently from the GPU machine's.
 """
 
 from __future__ import annotations
@@ -25,46 +32,91 @@ import re
 import subprocess
 import tempfile
 
+import torch
 import triton
-import triton.language as tl
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import create_function_from_signature
 
+import rl_triton_core as rtc
+from rl_triton_core import _dispatch, triton_backend
 from rl_triton_core.triton_backend import kernels
 
-KINDS = dict(scan=0, gae=1, lambda_=2, discounted=3, vtrace=4, retrace=5, traces=6)
+TARGET = GPUTarget("cuda", 90, 32)
 _BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-_POINTERS = dict(term="*i1", trunc="*i1", gamma="fp32", lmbda="fp32", k0="fp32", k1="fp32",
-                 k2="fp32")  # fmt: skip
 
 
-def compile_sass(kind: int, bt: int, bn: int, warps: int, segs: int, unroll: int):
-    """(registers, stack bytes, SASS text) of one specialisation."""
-    reverse = kind not in (kernels.TRACES.value, kernels.SCAN.value)
-    meta = dict(KIND=kind, TRACE=0, REVERSE=reverse, FLIP=reverse and bt > 1, ACC=tl.float32,
-                HAS_TERM=True, HAS_TRUNC=False, HAS_NEXT=False, HAS_VALUES=True, HAS_BOOT=True,
-                G_T=False, L_T=False, K0_T=False, K1_T=False, K2_T=False, WRITE_TOTALS=False,
-                READ_TOTALS=False, GROUP_PASS=False, IDX64=False, BLOCK_T=bt, BLOCK_N=bn,
-                SEGS=segs, UNROLL=unroll, FOLD=8, GROUP=1, PREFETCH=False)  # fmt: skip
-    absent = {"trunc", "totals"}
-    signature, constants = {}, {}
-    for i, p in enumerate(kernels.scan_kernel.params):
-        if p.name in meta or p.name in absent:
-            signature[p.name] = "constexpr"
-            constants[(i,)] = meta.get(p.name)
-        else:
-            signature[p.name] = _POINTERS.get(p.name, "*fp32" if i < 16 else "i32")
-    aligned = [i for i, t in enumerate(signature.values()) if t.startswith("*") or t == "i32"]
-    src = ASTSource(fn=kernels.scan_kernel, signature=signature, constexprs=constants,
-                    attrs={(i,): [["tt.divisibility", 16]] for i in aligned})  # fmt: skip
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+def _inputs(name: str, T: int, N: int, batch_major: bool):
+    """(args, kwargs) of a call of ``name`` in the given layout."""
+    shape = (N, T) if batch_major else (T, N)
+    r, v, q = torch.randn(shape), torch.randn(shape), torch.randn(shape)
+    term = torch.rand(shape) < 0.05
+    boot = torch.randn(N)
+    kw = dict(time_dim=int(batch_major))
+    calls = dict(
+        gae=((r, v, term), dict(bootstrap_value=boot)),
+        lambda_returns=((r, v, term), dict(bootstrap_value=boot)),
+        discounted_returns=((r, term), dict(bootstrap_value=boot)),
+        vtrace=((r, v, -r.abs(), -v.abs(), term), dict(bootstrap_value=boot)),
+        retrace=((r, v, q, -r.abs(), -v.abs(), term), {}),
+        eligibility_traces=((r, term), dict(initial=boot)),
+        linear_scan=((v.sigmoid(), r), dict(initial=boot)),
+    )
+    args, extra = calls[name]
+    return args, {**kw, **extra}
+
+
+def captured_launch(name: str, T: int, N: int, batch_major: bool, plan: str | None):
+    """The (launch description, call arguments) the Triton launcher would start."""
+    captured = []
+    patches = dict(start=lambda launch, args: captured.append((launch, args)))
+    patches["_sm_count"] = lambda index: 132
+    if plan is not None:
+        bt, bn, warps, *fields = plan.split(":")
+        extra = {k: int(v) for k, v in (f.split("=") for f in fields)}
+        patches["_plan"] = lambda kind, T_, N_, tm, device: triton_backend.Plan(
+            int(bt), int(bn), 1, T_, 1, int(warps), **extra
+        )
+    saved = {k: getattr(triton_backend, k) for k in patches}
+    runs_on = _dispatch.triton_runs_on
+    try:
+        for k, f in patches.items():
+            setattr(triton_backend, k, f)
+        _dispatch.triton_runs_on = lambda device: True
+        triton_backend._LAUNCHES.clear()
+        args, kwargs = _inputs(name, T, N, batch_major)
+        getattr(rtc, name)(*args, **kwargs, backend="triton")
+    finally:
+        for k, f in saved.items():
+            setattr(triton_backend, k, f)
+        _dispatch.triton_runs_on = runs_on
+        triton_backend._LAUNCHES.clear()
+    return captured[0]
+
+
+def compile_sass(launch, args, phase: dict, unroll: int):
+    """(registers, stack bytes, SASS text) of the launch's kernel, specialised by Triton."""
+    backend = make_backend(TARGET)
+    kernel = kernels.scan_kernel
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    totals = torch.empty(16) if launch.plan.n_chunks > 1 else None  # (only its alignment counts)
+    meta = {**launch.meta, "UNROLL": unroll}
+    bound, specialization, options = binder(*args, totals, *launch.tail, **phase, **meta)
+    options, signature, constexprs, attrs = kernel._pack_args(
+        backend, options, bound, specialization, options
+    )
+    compiled = triton.compile(
+        ASTSource(kernel, signature, constexprs, attrs), target=TARGET, options=options.__dict__
+    )
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
-        sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-sass", f.name],
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
-        usage = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-res-usage", f.name],
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        cuobjdump = os.path.join(_BIN, "cuobjdump")
+        sass, usage = (
+            subprocess.run([cuobjdump, flag, f.name], capture_output=True, text=True, check=True)
+            for flag in ("-sass", "-res-usage")
+        )
+    sass, usage = sass.stdout, usage.stdout
     regs = int(re.search(r"REG:(\d+)", usage).group(1))
     stack = int(re.search(r"STACK:(\d+)", usage).group(1))
     return regs, stack, sass
@@ -78,21 +130,27 @@ def opcodes(sass: str) -> collections.Counter:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("specs", nargs="+", help="KIND:BT:BN:WARPS[:SEGS]")
+    ap.add_argument("specs", nargs="+", help="ESTIMATOR:T:N[:bm]")
     ap.add_argument("--mix", action="store_true", help="opcodes per element too")
+    ap.add_argument("--phase", choices=("scan", "totals"), default="scan")
+    ap.add_argument("--plan", help="BT:BN:WARPS[:FIELD=VALUE ...], an unsplit tile instead")
     args = ap.parse_args()
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # (as on the GPU's Triton)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # (the GPU machine's Triton fuses)
     for spec in args.specs:
-        name, *sizes = spec.split(":")
-        bt, bn, warps, segs = (*map(int, sizes), 1)[:4]
-        kind = KINDS["lambda_" if name == "lambda" else name]
-        regs1, stack1, one = compile_sass(kind, bt, bn, warps, segs, 1)
-        regs2, stack2, two = compile_sass(kind, bt, bn, warps, segs, 2)
+        name, T, N, *layout = spec.split(":")
+        launch, call_args = captured_launch(name, int(T), int(N), layout == ["bm"], args.plan)
+        p = launch.plan
+        split = p.n_chunks > 1
+        phase = dict(WRITE_TOTALS=split and args.phase == "totals", GROUP_PASS=False,
+                     READ_TOTALS=split and args.phase == "scan")  # fmt: skip
+        regs1, stack1, one = compile_sass(launch, call_args, phase, 1)
+        regs2, stack2, two = compile_sass(launch, call_args, phase, 2)
         body = opcodes(two)
         body.subtract(opcodes(one))
-        per = bt * bn / (32 * warps)
-        print(f"{spec}: registers {regs1} (unroll 2: {regs2}), stack {stack1}/{stack2}, "
-              f"{body.total() / per:.1f} instructions an element a tile")  # fmt: skip
+        per = p.block_t * p.block_n / (32 * p.num_warps)
+        print(f"{spec} ({args.phase} pass of {p}): registers {regs1} (unroll 2: {regs2}), "
+              f"stack {stack1}/{stack2}, {body.total() / per:.1f} instructions an element "
+              "a tile")  # fmt: skip
         if args.mix:
             mix = sorted(((n / per, op) for op, n in body.items() if n), reverse=True)
             print("   ", ", ".join(f"{op} {x:.1f}" for x, op in mix))
