@@ -8,8 +8,9 @@ and layout.
     python benchmarks/sweep_tiles.py [--shapes 128x4096 131072x16] [--layouts tm bm]
         [--candidates 32x128x1x4x1 ...] [--check-all]
 
-``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split; with no
-values, only the default plan runs);
+``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split, then
+other ``Plan`` fields by name, e.g. ``8x64x1x1x16:segs=4``; with no values, only the default
+plan runs);
 ``--check-all`` also runs every estimator at each candidate against the float64 torch backend
 (a tile shape must compile and be right for all of them, not only GAE).
 """
@@ -46,6 +47,14 @@ def candidates(T, N, time_major):
         yield bt, bn, unroll, warps, split
 
 
+def parse_candidate(text: str) -> tuple:
+    """``BTxBNxUNROLLxWARPSxSPLIT[:FIELD=VALUE ...]`` as (bt, bn, unroll, warps, split, (field,
+    value) ...): the fields by name are other ``Plan`` fields (integers; ``prefetch=1``)."""
+    sizes, *fields = text.split(":")
+    named = tuple((k, int(v)) for k, v in (f.split("=") for f in fields))
+    return (*map(int, sizes.split("x")), *named)
+
+
 def check_all(r, v, term, boot, time_dim) -> str:
     """Every estimator at the current plan against the torch backend in float64."""
     lp = -r.abs()
@@ -75,7 +84,7 @@ def main():
     ap.add_argument("--shapes", nargs="*", default=SHAPES, help="TxN")
     ap.add_argument("--layouts", nargs="*", default=["tm", "bm"], choices=["tm", "bm"])
     ap.add_argument("--budget-s", type=float, default=120, help="per shape and layout")
-    ap.add_argument("--candidates", nargs="*", help="BTxBNxUNROLLxWARPSxSPLIT each")
+    ap.add_argument("--candidates", nargs="*", help="BTxBNxUNROLLxWARPSxSPLIT[:FIELD=V ...]")
     ap.add_argument("--check-all", action="store_true", help="every estimator per candidate")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -104,7 +113,7 @@ def main():
         default = real_plan(1, T, N, not batch_major, dev)
         results = []
         start = time.monotonic()
-        own = [tuple(map(int, c.split("x"))) for c in args.candidates or []]
+        own = [parse_candidate(c) for c in args.candidates or []]
         cands = [None, *(own if args.candidates is not None else candidates(T, N, not batch_major))]
         for cand in cands:
             if time.monotonic() - start > args.budget_s:
@@ -113,13 +122,15 @@ def main():
             if cand is None:
                 triton_backend._plan = real_plan
             else:
-                bt, bn, unroll, warps, split = cand
+                bt, bn, unroll, warps, split, *fields = cand
 
                 def plan(kind, T_, N_, tm, device, bt=bt, bn=bn, unroll=unroll, warps=warps,
-                         split=split):  # fmt: skip
-                    step = bt * unroll
-                    chunk = triton.cdiv(triton.cdiv(T_, split), step) * step
-                    return triton_backend.Plan(bt, bn, unroll, chunk, triton.cdiv(T_, chunk), warps)
+                         split=split, fields=tuple(fields)):  # fmt: skip
+                    extra = dict(fields)
+                    step, segs = bt * unroll, extra.get("segs", 1)
+                    chunk = triton.cdiv(triton.cdiv(T_, split * segs), step) * step
+                    n_chunks = triton.cdiv(T_, chunk * segs) * segs
+                    return triton_backend.Plan(bt, bn, unroll, chunk, n_chunks, warps, **extra)
 
                 triton_backend._plan = plan
             triton_backend._LAUNCHES.clear()
