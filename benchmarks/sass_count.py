@@ -17,7 +17,7 @@ on the GPU (``sweep_tiles.py``) says what is fast; this says what the instructio
 
 ESTIMATOR: gae, lambda_returns, discounted_returns, vtrace, retrace, eligibility_traces,
 linear_scan; float32 inputs, terminated flags as bool, a bootstrap value where the estimator
-takes one; time-major ``[T, N]`` unless ``bm``. ``--phase`` picks the pass of a split plan
+takes one (``sweep_tiles.estimator_calls``); time-major ``[T, N]`` unless ``bm``. ``--phase`` picks the pass of a split plan
 (an unsplit plan has only the scan). ``--plan`` replaces the tile (unsplit; prefetch off;
 other ``Plan`` fields by name, e.g. ``segs=2``).
 The local Triton may compile differently from the GPU machine's.
@@ -34,6 +34,7 @@ import tempfile
 
 import torch
 import triton
+from sweep_tiles import estimator_calls
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import create_function_from_signature
@@ -44,26 +45,6 @@ from rl_triton_core.triton_backend import kernels
 
 TARGET = GPUTarget("cuda", 90, 32)
 _BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-
-
-def _inputs(name: str, T: int, N: int, batch_major: bool):
-    """(args, kwargs) of a call of ``name`` in the given layout."""
-    shape = (N, T) if batch_major else (T, N)
-    r, v, q = torch.randn(shape), torch.randn(shape), torch.randn(shape)
-    term = torch.rand(shape) < 0.05
-    boot = torch.randn(N)
-    kw = dict(time_dim=int(batch_major))
-    calls = dict(
-        gae=((r, v, term), dict(bootstrap_value=boot)),
-        lambda_returns=((r, v, term), dict(bootstrap_value=boot)),
-        discounted_returns=((r, term), dict(bootstrap_value=boot)),
-        vtrace=((r, v, -r.abs(), -v.abs(), term), dict(bootstrap_value=boot)),
-        retrace=((r, v, q, -r.abs(), -v.abs(), term), {}),
-        eligibility_traces=((r, term), dict(initial=boot)),
-        linear_scan=((v.sigmoid(), r), dict(initial=boot)),
-    )
-    args, extra = calls[name]
-    return args, {**kw, **extra}
 
 
 def captured_launch(name: str, T: int, N: int, batch_major: bool, plan: str | None):
@@ -84,8 +65,16 @@ def captured_launch(name: str, T: int, N: int, batch_major: bool, plan: str | No
             setattr(triton_backend, k, f)
         _dispatch.triton_runs_on = lambda device: True
         triton_backend._LAUNCHES.clear()
-        args, kwargs = _inputs(name, T, N, batch_major)
-        getattr(rtc, name)(*args, **kwargs, backend="triton")
+        shape = (N, T) if batch_major else (T, N)
+        calls = estimator_calls(
+            torch.randn(shape),
+            torch.randn(shape),
+            torch.rand(shape) < 0.05,
+            torch.randn(N),
+            int(batch_major),
+        )
+        args, kwargs = calls[name]
+        getattr(rtc, name)(*args, **kwargs, time_dim=int(batch_major), backend="triton")
     finally:
         for k, f in saved.items():
             setattr(triton_backend, k, f)

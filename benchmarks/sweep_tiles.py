@@ -55,18 +55,28 @@ def parse_candidate(text: str) -> tuple:
     return (*map(int, sizes.split("x")), *named)
 
 
-def check_all(r, v, term, boot, time_dim) -> str:
-    """Every estimator at the current plan against the torch backend in float64."""
+def estimator_calls(r, v, term, boot, time_dim) -> dict[str, tuple[tuple, dict]]:
+    """Every estimator's (args, kwargs) on rewards ``r``, values ``v``, terminated flags and a
+    bootstrap value (or initial state), laid out along ``time_dim``."""
     lp = -r.abs()
+    return dict(
+        gae=((r, v, term), dict(bootstrap_value=boot)),
+        lambda_returns=((r, v, term), dict(bootstrap_value=boot)),
+        discounted_returns=((r, term), dict(bootstrap_value=boot)),
+        vtrace=((r, v, lp, -v.abs(), term), dict(bootstrap_value=boot)),
+        retrace=((r, v, v.roll(1, time_dim), lp, -v.abs(), term), {}),
+        eligibility_traces=((r, term), dict(initial=boot)),
+        linear_scan=((v.sigmoid(), r), dict(initial=boot, reverse=True)),
+    )
+
+
+def check_all(r, v, term, boot, time_dim) -> str:
+    """Every estimator but GAE (timed already) at the current plan against the torch backend
+    in float64."""
     worst = 0.0
-    for fn, args, kw in (
-        ("lambda_returns", (r, v, term), dict(bootstrap_value=boot)),
-        ("discounted_returns", (r, term), dict(bootstrap_value=boot)),
-        ("vtrace", (r, v, lp, -v.abs(), term), dict(bootstrap_value=boot)),
-        ("retrace", (r, v, v.roll(1, time_dim), lp, -v.abs(), term), {}),
-        ("eligibility_traces", (r, term), dict(initial=boot)),
-        ("linear_scan", (v.sigmoid(), r), dict(initial=boot, reverse=True)),
-    ):
+    calls = estimator_calls(r, v, term, boot, time_dim)
+    del calls["gae"]
+    for fn, (args, kw) in calls.items():
         got = getattr(rtc, fn)(*args, **kw, time_dim=time_dim, backend="triton")
 
         def up(x):
