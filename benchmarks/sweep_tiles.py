@@ -1,18 +1,18 @@
 """Developer tool: sweep tile shapes / warps / time splits of the Triton backend on one GPU.
 
 Monkeypatches ``triton_backend._plan`` (clearing the launch and replay caches for every
-candidate) and times GAE (CUDA-graph replay, L2 flushed by a large write before each replay)
+candidate) and times one estimator, GAE unless ``--estimator`` names another (CUDA-graph replay, L2 flushed by a large write before each replay)
 for each candidate; checks each against the float64 torch backend; prints the best per shape
 and layout.
 
     python benchmarks/sweep_tiles.py [--shapes 128x4096 131072x16] [--layouts tm bm]
-        [--candidates 32x128x1x4x1 ...] [--check-all]
+        [--estimator vtrace] [--candidates 32x128x1x4x1 ...] [--check-all]
 
 ``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split, then
 other ``Plan`` fields by name, e.g. ``8x64x1x1x16:segs=4``; with no values, only the default
 plan runs);
-``--check-all`` also runs every estimator at each candidate against the float64 torch backend
-(a tile shape must compile and be right for all of them, not only GAE).
+``--check-all`` also runs every other estimator at each candidate against the float64 torch
+backend (a tile shape must compile and be right for all of them, not only the timed one).
 """
 
 from __future__ import annotations
@@ -70,22 +70,33 @@ def estimator_calls(r, v, term, boot, time_dim) -> dict[str, tuple[tuple, dict]]
     )
 
 
-def check_all(r, v, term, boot, time_dim) -> str:
-    """Every estimator but GAE (timed already) at the current plan against the torch backend
-    in float64."""
+def float64_call(fn, args, kw, time_dim) -> tuple[torch.Tensor, ...]:
+    """Estimator ``fn``'s outputs (a tuple) from the torch backend in float64."""
+
+    def up(x):
+        return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    want = getattr(rtc, fn)(*map(up, args), **{k: up(x) for k, x in kw.items()},
+                            time_dim=time_dim, backend="torch")  # fmt: skip
+    return want if isinstance(want, tuple) else (want,)
+
+
+def max_rel_err(got, want: tuple[torch.Tensor, ...]) -> float:
+    """Largest error of any output, relative to that output's largest magnitude (at least 1)."""
+    got = got if isinstance(got, tuple) else (got,)
+    return max(((g.double() - w).abs().max() / w.abs().max().clamp_min(1)).item()
+               for g, w in zip(got, want, strict=True))  # fmt: skip
+
+
+def check_all(r, v, term, boot, time_dim, timed: str) -> str:
+    """Every estimator but the timed one at the current plan against the torch backend in
+    float64."""
     worst = 0.0
     calls = estimator_calls(r, v, term, boot, time_dim)
-    del calls["gae"]
+    del calls[timed]
     for fn, (args, kw) in calls.items():
         got = getattr(rtc, fn)(*args, **kw, time_dim=time_dim, backend="triton")
-
-        def up(x):
-            return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-
-        want = getattr(rtc, fn)(*map(up, args), **{k: up(x) for k, x in kw.items()},
-                                time_dim=time_dim, backend="torch")  # fmt: skip
-        for g, w in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want)), strict=True):
-            worst = max(worst, ((g.double() - w).abs().max() / w.abs().max().clamp_min(1)).item())
+        worst = max(worst, max_rel_err(got, float64_call(fn, args, kw, time_dim)))
     return f"ok (max rel err {worst:.1e})" if worst < 1e-4 else f"FAILED (max rel err {worst:.1e})"
 
 
@@ -96,6 +107,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=120, help="per shape and layout")
     ap.add_argument("--candidates", nargs="*", help="BTxBNxUNROLLxWARPSxSPLIT[:FIELD=V ...]")
     ap.add_argument("--check-all", action="store_true", help="every estimator per candidate")
+    ap.add_argument("--estimator", default="gae", help="the estimator timed (default gae)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
@@ -113,14 +125,17 @@ def main():
         v = torch.randn(shape, device=dev)
         term = torch.rand(shape, device=dev) < 0.05
         boot = torch.randn(N, device=dev)
-        want, _ = rtc.gae(r.double(), v.double(), term, bootstrap_value=boot.double(),
-                          time_dim=int(batch_major), backend="torch")  # fmt: skip
-        adv = torch.empty_like(r)
-        ret = torch.empty_like(r)
-        call = functools.partial(rtc.gae, r, v, term, bootstrap_value=boot, out=(adv, ret),
+        fn_args, fn_kw = estimator_calls(r, v, term, boot, int(batch_major))[args.estimator]
+        want = float64_call(args.estimator, fn_args, fn_kw, int(batch_major))
+        call = functools.partial(getattr(rtc, args.estimator), *fn_args, **fn_kw,
                                  time_dim=int(batch_major), backend="triton")  # fmt: skip
         ms_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median")
-        default = real_plan(1, T, N, not batch_major, dev)
+        default = []  # the plan the code chooses, as its first candidate's call records it
+
+        def spy(*plan_args, default=default):
+            default.append(real_plan(*plan_args))
+            return default[-1]
+
         results = []
         start = time.monotonic()
         own = [parse_candidate(c) for c in args.candidates or []]
@@ -130,7 +145,7 @@ def main():
                 print(f"   (budget spent: {len(cands) - len(results)} candidates not run)")
                 break
             if cand is None:
-                triton_backend._plan = real_plan
+                triton_backend._plan = spy
             else:
                 bt, bn, unroll, warps, split, *fields = cand
 
@@ -146,18 +161,18 @@ def main():
             triton_backend._LAUNCHES.clear()
             _replay._PLANS.clear()
             try:
-                adv.fill_(float("nan"))
-                call()
-                err = ((adv.double() - want).abs().max() / want.abs().max()).item()
+                err = max_rel_err(call(), want)  # (fresh outputs: nothing left to poison)
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g):
                     call()
                 ms = triton.testing.do_bench(
                     functools.partial(replay, g), warmup=5, rep=40, return_mode="median"
                 )
-                label = "default " + str(tuple(default)) if cand is None else str(cand)
+                label = "default " + str(tuple(default[0])) if cand is None else str(cand)
                 if args.check_all:
-                    label += " all estimators " + check_all(r, v, term, boot, int(batch_major))
+                    label += " all estimators " + check_all(
+                        r, v, term, boot, int(batch_major), args.estimator
+                    )
                 results.append((ms - ms_flush, label, err))
                 print(
                     f"     {(ms - ms_flush) * 1e3:8.1f} us  [{T}x{N} {layout}] {label}", flush=True

@@ -147,10 +147,12 @@ LAYOUTS = {
 # sequence in 1024-step tiles (V-trace included); (300, 1100) and (2048, 1024): time-major, a
 # warp per 64 columns split to fill one wave (Retrace and V-trace from T = 512 only; with 132
 # SMs 128 chunks at 2048: the group pass), and batch-major one-sequence tiles scanned backward
-# by fours (256-step tiles at N = 1100, 128-step tiles of two warps at N = 1024)
+# by fours (256-step tiles at N = 1100, 128-step tiles of two warps at N = 1024); (120, 1500):
+# time-major, one 128-step tile a program (a partial one), masked columns
 SHAPES = [
     (1, 4096),
     (100, 1000),
+    (120, 1500),
     (4096, 3),
     (8192, 5),
     (1_000_000, 1),

@@ -178,8 +178,10 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
         elif time_major and N < 1024:
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
-        elif time_major:
-            block_t, block_n, unroll, warps, target = 64, 16, 1, 8, 8 * sms
+        elif time_major:  # 65-128 steps: one 128-step tile a program, 0.86-1.01x the time
+            # of two 64-step tiles at [128, 4096] (sweep 18; V-trace not timed there)
+            block_t = 128 if 64 < T <= 128 and not vtrace else 64
+            block_n, unroll, warps, target = 16, 1, 8, 8 * sms
         elif kind == kernels.VTRACE.value and N > 1:  # its vs_{t+1} shuffle is cheap in short
             # tiles (one sequence: 3 of their 4 columns would be padding)
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
@@ -275,13 +277,7 @@ def whole_direct(launch: _Launch) -> tuple | None:
     if direct is None:
         return None
     run, head, constexprs = direct
-    return run, head, (*_whole_tail(launch), *constexprs)
-
-
-def _whole_tail(launch: _Launch) -> tuple:
-    """The arguments of an unsplit launch after the call's own: no chunk totals, then the
-    launch's cached sizes and strides."""
-    return (None, *launch.tail)
+    return run, head, (None, *launch.tail, *constexprs)  # (no totals: as `start` passes them)
 
 
 # Launch descriptions by call signature: a training loop calls with the same shapes every
@@ -496,7 +492,7 @@ def start(launch: _Launch, args: tuple) -> None:
         with torch.cuda.device(device):  # Triton launches on the current device's stream
             return start(launch, args)
     if launch.plan.n_chunks == 1:
-        return _run(launch, (*args, *_whole_tail(launch)), launch.grid, _WHOLE)
+        return _run(launch, (*args, None, *launch.tail), launch.grid, _WHOLE)
     totals = _replay.empty(
         launch.totals_shape, launch.totals_stride, launch.totals_dtype, launch.device
     )
