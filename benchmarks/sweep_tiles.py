@@ -66,6 +66,7 @@ def estimator_calls(r, v, term, boot, time_dim) -> dict[str, tuple[tuple, dict]]
         vtrace=((r, v, lp, -v.abs(), term), dict(bootstrap_value=boot)),
         retrace=((r, v, v.roll(1, time_dim), lp, -v.abs(), term), {}),
         eligibility_traces=((r, term), dict(initial=boot)),
+        episodic_cumsum=((r, term), dict(initial=boot)),
         linear_scan=((v.sigmoid(), r), dict(initial=boot, reverse=True)),
     )
 
@@ -109,6 +110,9 @@ def main():
     ap.add_argument("--check-all", action="store_true", help="every estimator per candidate")
     ap.add_argument("--estimator", default="gae", help="the estimator timed (default gae)")
     args = ap.parse_args()
+    names = estimator_calls(*(torch.zeros(1, 1),) * 3, torch.zeros(1), 0)
+    if args.estimator not in names:
+        ap.error(f"--estimator: one of {', '.join(names)} (got {args.estimator!r})")
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
 

@@ -179,7 +179,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         elif time_major and N < 1024:
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major:  # 65-128 steps: one 128-step tile a program, 0.86-1.01x the time
-            # of two 64-step tiles at [128, 4096] (sweep 18; V-trace not timed there)
+            # of two 64-step tiles at [128, 4096] (sweep 18: T = 128 only; V-trace not timed)
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
         elif kind == kernels.VTRACE.value and N > 1:  # its vs_{t+1} shuffle is cheap in short
