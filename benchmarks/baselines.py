@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -667,3 +668,16 @@ BASELINES = tuple(m.name for m in METHODS if m.kind == "baseline")
 def as_tuple(out) -> tuple[Tensor, ...]:
     """A method's or estimator's result as a tuple of tensors."""
     return (out,) if isinstance(out, Tensor) else tuple(out)
+
+
+def max_rel_err(got, want) -> float:
+    """max |got - want| / max(1, max |want|) in float64 over every output (inf on a shape
+    mismatch)."""
+    errs = []
+    for g, w in zip(as_tuple(got), as_tuple(want), strict=True):
+        if tuple(g.shape) != tuple(w.shape):
+            return math.inf
+        w = w.double()
+        scale = w.abs().max().clamp_min(1.0)
+        errs.append(((g.to(w.device, torch.float64) - w).abs().max() / scale).item())
+    return max(errs)

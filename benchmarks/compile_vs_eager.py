@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.testing
+from baselines import max_rel_err
 
 import rl_triton_core as rtc
 
@@ -140,15 +141,6 @@ def host_time(fn, calls: int = 200) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / calls
-
-
-def max_rel_err(got, want) -> float:
-    got = got if isinstance(got, tuple) else (got,)
-    want = want if isinstance(want, tuple) else (want,)
-    return max(
-        ((g.double() - w.double()).abs().max() / w.double().abs().max().clamp_min(1)).item()
-        for g, w in zip(got, want, strict=True)
-    )
 
 
 def commit() -> str:

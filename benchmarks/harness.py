@@ -396,17 +396,6 @@ def oracle(p: bl.Problem) -> tuple[torch.Tensor, ...]:
     return bl.as_tuple(p.to(torch.float64).call("torch"))
 
 
-def max_rel_err(got, want) -> float:
-    """max |got - want| / max(1, max |want|) over every output (inf on a shape mismatch)."""
-    errs = []
-    for g, w in zip(bl.as_tuple(got), want, strict=True):
-        if tuple(g.shape) != tuple(w.shape):
-            return math.inf
-        scale = w.abs().max().clamp_min(1.0)
-        errs.append(((g.to(w.device, torch.float64) - w).abs().max() / scale).item())
-    return max(errs)
-
-
 # -- running --------------------------------------------------------------------------------------
 
 
@@ -490,7 +479,7 @@ def run_method(m: bl.Method, p: bl.Problem, want, ctx: Context, row: dict) -> No
     got = fn()
     ctx.clock.sync()
     row["prepare_s"] = time.perf_counter() - t0
-    err = max_rel_err(got, want)
+    err = bl.max_rel_err(got, want)
     row["max_err"] = err
     del got
     if not err <= row["tol"]:
@@ -510,7 +499,7 @@ def graph_row(fn: Callable, want, ctx: Context, row: dict) -> None:
     """CUDA-graph replay time of ours, its result checked too."""
     try:
         replay = capture_graph(fn)
-        err = max_rel_err(replay(), want)
+        err = bl.max_rel_err(replay(), want)
         if not err <= row["tol"]:
             row["graph_status"] = f"wrong result after replay: {err:.2e}"
             return
@@ -665,7 +654,7 @@ def self_check() -> int:
                     if cpu.type not in m.devices or bl.skip_reason(m, p) is not None:
                         continue
                     torch._dynamo.reset()
-                    err = max_rel_err(m.build(p)(), want)
+                    err = bl.max_rel_err(m.build(p)(), want)
                     check(f"{m.name} {est} {layout} {dtype}", err <= TOL[dtype], f"err {err:.2e}")
     p = bl.make_problem("gae", 10, 4, TM, torch.float32, cpu)
     check("bytes gae fp32", p.bytes_moved() == 10 * 4 * 17 + 4 * 4, str(p.bytes_moved()))
@@ -685,8 +674,8 @@ def self_check() -> int:
         ),
     )
     check("padded elements", bl.padded_elements(long_) >= long_.T, str(bl.padded_elements(long_)))
-    check("wrong result is caught", max_rel_err((want[0] + 1,), want[:1]) > 1e-3)
-    check("nan is caught", not max_rel_err((want[0] * math.nan,), want[:1]) <= 1.0)
+    check("wrong result is caught", bl.max_rel_err((want[0] + 1,), want[:1]) > 1e-3)
+    check("nan is caught", not bl.max_rel_err((want[0] * math.nan,), want[:1]) <= 1.0)
 
     rows = report.synthetic_rows()
     meta = {

@@ -1,9 +1,9 @@
 """Developer tool: sweep tile shapes / warps / time splits of the Triton backend on one GPU.
 
 Monkeypatches ``triton_backend._plan`` (clearing the launch and replay caches for every
-candidate) and times one estimator, GAE unless ``--estimator`` names another (CUDA-graph replay, L2 flushed by a large write before each replay)
-for each candidate; checks each against the float64 torch backend; prints the best per shape
-and layout.
+candidate) and times one estimator, GAE unless ``--estimator`` names another (CUDA-graph
+replay, L2 flushed by a large write before each replay), for each candidate; checks each
+against the float64 torch backend; prints the best per shape and layout.
 
     python benchmarks/sweep_tiles.py [--shapes 128x4096 131072x16] [--layouts tm bm]
         [--estimator vtrace] [--candidates 32x128x1x4x1 ...] [--check-all]
@@ -25,6 +25,7 @@ import time
 import torch
 import triton
 import triton.testing
+from baselines import ESTIMATORS, max_rel_err
 
 import rl_triton_core as rtc
 from rl_triton_core import _replay, triton_backend
@@ -71,22 +72,14 @@ def estimator_calls(r, v, term, boot, time_dim) -> dict[str, tuple[tuple, dict]]
     )
 
 
-def float64_call(fn, args, kw, time_dim) -> tuple[torch.Tensor, ...]:
-    """Estimator ``fn``'s outputs (a tuple) from the torch backend in float64."""
+def float64_call(fn, args, kw, time_dim):
+    """Estimator ``fn``'s result from the torch backend in float64."""
 
     def up(x):
         return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
-    want = getattr(rtc, fn)(*map(up, args), **{k: up(x) for k, x in kw.items()},
+    return getattr(rtc, fn)(*map(up, args), **{k: up(x) for k, x in kw.items()},
                             time_dim=time_dim, backend="torch")  # fmt: skip
-    return want if isinstance(want, tuple) else (want,)
-
-
-def max_rel_err(got, want: tuple[torch.Tensor, ...]) -> float:
-    """Largest error of any output, relative to that output's largest magnitude (at least 1)."""
-    got = got if isinstance(got, tuple) else (got,)
-    return max(((g.double() - w).abs().max() / w.abs().max().clamp_min(1)).item()
-               for g, w in zip(got, want, strict=True))  # fmt: skip
 
 
 def check_all(r, v, term, boot, time_dim, timed: str) -> str:
@@ -108,11 +101,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=120, help="per shape and layout")
     ap.add_argument("--candidates", nargs="*", help="BTxBNxUNROLLxWARPSxSPLIT[:FIELD=V ...]")
     ap.add_argument("--check-all", action="store_true", help="every estimator per candidate")
-    ap.add_argument("--estimator", default="gae", help="the estimator timed (default gae)")
+    ap.add_argument("--estimator", default="gae", choices=ESTIMATORS, help="the one timed")
     args = ap.parse_args()
-    names = estimator_calls(*(torch.zeros(1, 1),) * 3, torch.zeros(1), 0)
-    if args.estimator not in names:
-        ap.error(f"--estimator: one of {', '.join(names)} (got {args.estimator!r})")
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
 
