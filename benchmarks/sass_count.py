@@ -18,7 +18,7 @@ on the GPU (``sweep_tiles.py``) says what is fast; this says what the instructio
 ESTIMATOR: gae, lambda_returns, discounted_returns, vtrace, retrace, eligibility_traces,
 linear_scan; float32 inputs, terminated flags as bool, a bootstrap value where the estimator
 takes one (``sweep_tiles.estimator_calls``); time-major ``[T, N]`` unless ``bm``. ``--phase`` picks the pass of a split plan
-(an unsplit plan has only the scan). ``--plan`` replaces the tile (unsplit; prefetch off;
+(an unsplit plan has only the scan, a resident one only its one launch). ``--plan`` replaces the tile (unsplit; prefetch off;
 other ``Plan`` fields by name, e.g. ``segs=2``).
 The local Triton may compile differently from the GPU machine's.
 """
@@ -130,8 +130,9 @@ def main():
         launch, call_args = captured_launch(name, int(T), int(N), layout == ["bm"], args.plan)
         p = launch.plan
         split = p.n_chunks > 1
-        phase = dict(WRITE_TOTALS=split and args.phase == "totals", GROUP_PASS=False,
-                     READ_TOTALS=split and args.phase == "scan")  # fmt: skip
+        phase = triton_backend._Phase(WRITE_TOTALS=split and args.phase == "totals",
+                                      READ_TOTALS=split and args.phase == "scan",
+                                      RESIDENT=p.resident)._asdict()  # fmt: skip
         regs1, stack1, one = compile_sass(launch, call_args, phase, 1)
         regs2, stack2, two = compile_sass(launch, call_args, phase, 2)
         body = opcodes(two)

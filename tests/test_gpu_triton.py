@@ -148,7 +148,9 @@ LAYOUTS = {
 # warp per 64 columns split to fill one wave (Retrace and V-trace from T = 512 only; with 132
 # SMs 128 chunks at 2048: the group pass), and batch-major one-sequence tiles scanned backward
 # by fours (256-step tiles at N = 1100, 128-step tiles of two warps at N = 1024); (120, 1500):
-# time-major, one 128-step tile a program (a partial one), masked columns
+# time-major, one 128-step tile a program (a partial one), masked columns; (200_003, 2) and
+# (262_144, 4): time-major, resident (one cooperative launch) for GAE, TD(lambda), discounted
+# returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too
 SHAPES = [
     (1, 4096),
     (100, 1000),
@@ -162,6 +164,8 @@ SHAPES = [
     (16_384, 100),
     (300, 1100),
     (2048, 1024),
+    (200_003, 2),
+    (262_144, 4),
 ]
 
 
@@ -248,9 +252,10 @@ def test_long_horizon_float32_accuracy():
             _close(g, w, torch.float32, f"gae T=1e5 gamma={gamma} lambda={lmbda}")
 
 
-def test_deterministic_bit_identical():
+@pytest.mark.parametrize("T,N", [(65_536, 24), (200_003, 2)])
+def test_deterministic_bit_identical(T, N):
     gen = torch.Generator(device=CUDA).manual_seed(7)
-    d = _inputs((65_536, 24), 0, torch.float32, gen)
+    d = _inputs((T, N), 0, torch.float32, gen)
     first = _run_all(d, 0, "triton")
     for _ in range(3):
         again = _run_all(d, 0, "triton")
@@ -261,7 +266,7 @@ def test_deterministic_bit_identical():
                 assert torch.equal(x, y), f"{name}: outputs differ between identical runs"
 
 
-@pytest.mark.parametrize("T,N", [(128, 4096), (131_072, 16)])
+@pytest.mark.parametrize("T,N", [(128, 4096), (131_072, 16), (200_003, 2), (262_144, 4)])
 def test_cuda_graph_capture_and_replay(T, N):
     gen = torch.Generator(device=CUDA).manual_seed(8)
     r = torch.randn(T, N, generator=gen, device=CUDA)
@@ -305,7 +310,29 @@ def test_cuda_graph_capture_and_replay(T, N):
         _close(vs, want_vs, torch.float32, "graph vtrace")
 
 
-@pytest.mark.parametrize("T,N,time_dim", [(300, 70, 0), (131_072, 16, 0), (4096, 3, 1)])
+def test_resident_plans_where_the_tests_expect_them():
+    """The shapes above that test the resident plan get it (and its launch fits the GPU)."""
+    from rl_triton_core import triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    sms = torch.cuda.get_device_properties(CUDA).multi_processor_count
+    resident = {
+        (kind, T, N): tb._plan(kind.value, T, N, N > 1, CUDA).resident
+        for kind in (kernels.GAE, kernels.LAMBDA, kernels.DISCOUNTED, kernels.VTRACE)
+        for T, N in ((200_003, 2), (262_144, 4), (1_000_000, 1))
+    }
+    want = {key: key[2] > 1 or key[0] == kernels.VTRACE for key in resident}
+    assert resident == want
+    assert not tb._plan(kernels.RETRACE.value, 262_144, 4, True, CUDA).resident
+    assert not tb._plan(kernels.GAE.value, 131_072, 16, True, CUDA).resident
+    for T, N in ((262_144, 4), (200_003, 2)):
+        plan = tb._plan(kernels.GAE.value, T, N, True, CUDA)
+        assert plan.n_chunks <= 8 // plan.num_warps * sms
+
+
+@pytest.mark.parametrize(
+    "T,N,time_dim", [(300, 70, 0), (131_072, 16, 0), (4096, 3, 1), (200_003, 2, 0)]
+)
 def test_direct_launch_agrees_with_the_jit_bit_for_bit(T, N, time_dim, monkeypatch):
     """Every estimator three times with every launch through Triton's JIT, then three times
     with direct launches on (the default: the first call compiles through the JIT and records,

@@ -89,6 +89,8 @@ class Plan(NamedTuple):
     num_warps: int
     segs: int = 1  # chunks a program runs side by side (consecutive in time)
     prefetch: bool = False  # a tile's loads issued before the previous tile is written
+    resident: bool = False  # split, one tile a chunk, one cooperative launch (every program
+    # resident: each waits for the others' chunk composites)
 
     @property
     def cols(self) -> int:
@@ -107,12 +109,37 @@ _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.va
 _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
+# Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
+# Retrace measured 0.98-1.27x the time of the plans they keep).
+_RESIDENT_FEW = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
+                 kernels.VTRACE.value)  # fmt: skip
 # The most sequences at which an estimator's few-long plan runs 4- or 8-column chunks side by
 # side in 64-column tiles (sweep 16: 0.58-0.97x the time of 8 x 16 tiles, which leave 12 of 16
 # columns idle at N = 4, for these four; V-trace, traces and the scan no faster; GAE and
 # discounted returns slower at N = 8, TD(lambda) and Retrace 0.83-0.97x there).
 _NARROW_SIDE_BY_SIDE = {kernels.GAE.value: 4, kernels.DISCOUNTED.value: 4,
                         kernels.LAMBDA.value: 8, kernels.RETRACE.value: 8}  # fmt: skip
+
+
+def _resident_plan(kind: int, T: int, N: int, time_major: bool, sms: int) -> Plan | None:
+    """A split scan in one cooperative launch (``Plan.resident``) where sweep 19 timed it
+    faster than the plans of ``_plan`` on an H200: time-major pairs and fours of sequences
+    with 131072 < T <= 262144 (timed at 200003 and 262144) for GAE, TD(lambda), discounted
+    returns and V-trace, 0.48-0.72x the time; one sequence of 524288 < T steps (timed at
+    10^6 and 2^20) for V-trace, 0.69x. None elsewhere: at N = 8 and 16 it measured 1.0-3.0x
+    the time; one sequence of the other estimators 0.87-1.07x in one sample each (not taken).
+    A program of w warps uses at most 255 registers a thread, so 8 / w of them fit on an SM
+    whatever the kernel: the launch has at most 8 / w x SMs programs, all resident."""
+    if time_major and N in (2, 4) and 131072 < T <= 262144 and kind in _RESIDENT_FEW:
+        block_t, warps = (512, 1) if N == 2 else (1024, 4)
+    elif not time_major and N == 1 and T > 524288 and kind == kernels.VTRACE.value:
+        block_t, warps = 1024, 1
+    else:
+        return None
+    n_chunks = triton.cdiv(T, block_t)
+    if n_chunks > 8 // warps * sms:  # (one program along the sequences: block_n = N)
+        return None
+    return Plan(block_t, N, 1, block_t, n_chunks, warps, resident=True)
 
 
 def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> Plan:
@@ -123,11 +150,16 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     choice stays.
     """
     max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
+    vtrace = kind == kernels.VTRACE.value
     segs, prefetch = 1, False
     one_wave = False  # target: at most this many programs (else at least; see the split below)
+    if _INTERPRETED and T > 8 and ((time_major and N == 7) or (N == 1 and vtrace)):
+        # resident (see _resident_plan): 8-step chunks, in 8-column tiles (one masked) at N = 7
+        return Plan(8, 8 if N == 7 else 1, 1, 8, triton.cdiv(T, 8), 1, resident=True)
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path: time-major N <= 3
         # runs two chunks side by side, N of 4-5 two-row tiles (flipped in reverse scans), more
-        # one-row tiles; batch-major four-row tiles of two sequences (a masked one for odd N),
+        # one-row tiles (N = 7 only up to 8 steps, then resident, as V-trace of one sequence
+        # is: above); batch-major four-row tiles of two sequences (a masked one for odd N),
         # for N of 1 and 3 eight-row tiles of one (scanned by fours in reverse scans); odd N
         # prefetch
         prefetch = N % 2 == 1
@@ -141,7 +173,9 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, unroll = 1, 4
     else:
         sms = _sm_count(device.index or 0)
-        vtrace = kind == kernels.VTRACE.value
+        resident = _resident_plan(kind, T, N, time_major, sms)
+        if resident is not None:
+            return resident
         wide = time_major and N > 16 and not vtrace
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
@@ -336,15 +370,18 @@ def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot,
         # chunks per group of the two-level carry-in (1: none): enough that the scan pass folds
         # at most FOLD group totals, as far as the group's own scan keeps <= 32 totals a thread
         # (past that, more groups)
-        GROUP=_group_size(plan, fold),
+        GROUP=1 if plan.resident else _group_size(plan, fold),
         PREFETCH=plan.prefetch,
         num_warps=plan.num_warps,
+        **({"launch_cooperative_grid": True} if plan.resident else {}),
     )
     grid = (triton.cdiv(N, cols), plan.n_chunks // plan.segs)
     totals_dtype = torch.float64 if acc == tl.float64 else torch.float32
     tail = (T, N, plan.chunk, *strides)
     n_groups = triton.cdiv(plan.n_chunks, meta["GROUP"])
     totals = (2, plan.n_chunks if meta["GROUP"] == 1 else 2 * plan.n_chunks + n_groups, N)
+    if plan.resident:  # the chunk totals, then the barrier's counter
+        totals = (1, 1, 2 * plan.n_chunks * N + 1)
     stride = (totals[1] * totals[2], totals[2], 1)
     group_grid = (grid[0], n_groups) if meta["GROUP"] > 1 else None
     # where the tensors are among the arguments `start` passes (`args`, totals, tail)
@@ -473,13 +510,15 @@ class _Phase(NamedTuple):
     WRITE_TOTALS: bool = False  # each chunk's composite, nothing else
     READ_TOTALS: bool = False  # the carry-in from the totals, then the scan and the outputs
     GROUP_PASS: bool = False  # in-group prefixes and group totals (two-level carry-in)
+    RESIDENT: bool = False  # the whole split scan in one cooperative launch
 
 
-_WHOLE, _TOTALS, _GROUPS, _CARRIED = (
+_WHOLE, _TOTALS, _GROUPS, _CARRIED, _RESIDENT = (
     _Phase(),
     _Phase(WRITE_TOTALS=True),
     _Phase(GROUP_PASS=True),
     _Phase(READ_TOTALS=True),
+    _Phase(RESIDENT=True),
 )
 
 
@@ -493,6 +532,9 @@ def start(launch: _Launch, args: tuple) -> None:
             return start(launch, args)
     if launch.plan.n_chunks == 1:
         return _run(launch, (*args, None, *launch.tail), launch.grid, _WHOLE)
+    if launch.plan.resident:  # (zeroed: the barrier's counter)
+        totals = torch.zeros(launch.totals_shape, dtype=launch.totals_dtype, device=device)
+        return _run(launch, (*args, totals, *launch.tail), launch.grid, _RESIDENT)
     totals = _replay.empty(
         launch.totals_shape, launch.totals_stride, launch.totals_dtype, launch.device
     )

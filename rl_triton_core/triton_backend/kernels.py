@@ -17,7 +17,11 @@ second (``READ_TOTALS``) folds the composites of the chunks it depends on into i
 then runs as above. With many chunks the carry-in is two-level (``GROUP`` > 1): a launch
 between the two (``GROUP_PASS``, :func:`_group_prefixes`) scans each group of chunk totals into
 in-group prefixes and the group's total, so that the last launch folds a few group totals and
-one prefix instead of every earlier chunk's total.
+one prefix instead of every earlier chunk's total. Where the whole split scan fits on the GPU at
+once, one cooperative launch (``RESIDENT``) does it all: each program holds its chunk as one
+tile in registers, publishes the tile's composite, waits at a grid barrier
+(:func:`_grid_barrier`) for every program's, folds those before its own into its carry-in and
+writes its outputs: one pass over memory.
 
 Layout: element ``(t, n)`` of a per-step tensor is at ``t * stride_t + n * stride_n`` (the
 batch axes collapsed by the launcher); offsets are computed in int64. 16-bit and integer
@@ -26,6 +30,8 @@ inputs are converted in registers; arithmetic is ``ACC`` (float32, or float64).
 
 import triton
 import triton.language as tl
+
+from .._dispatch import triton_interpreted
 
 # Estimator ids (the KIND constexpr).
 SCAN = tl.constexpr(0)
@@ -40,6 +46,8 @@ TRACE_RETRACE = tl.constexpr(0)
 TRACE_TREE_BACKUP = tl.constexpr(1)
 TRACE_Q_LAMBDA = tl.constexpr(2)
 TRACE_IMPORTANCE = tl.constexpr(3)
+# The interpreter runs a launch's programs one after another: no program can wait for another.
+INTERPRETED = tl.constexpr(triton_interpreted())
 
 
 @triton.jit
@@ -349,26 +357,31 @@ def _tile_coefficients(
 
 
 @triton.jit
+def _scan_tile(a, b, BACKWARD: tl.constexpr, BY_FOURS: tl.constexpr):
+    """A tile's coefficients scanned along its rows (backward if BACKWARD, four rows at a time
+    if BY_FOURS): each row's composite map from the tile's first row in scan order."""
+    if BY_FOURS:
+        return _backward_scan_by_fours(a, b)
+    return tl.associative_scan((a, b), 0, _combine, reverse=BACKWARD)
+
+
+@triton.jit
 def _tile(
-    x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, c, is_term, v, t0, rows, n, n_ok,
+    x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, A, B, c, is_term, v, t0, rows, n, n_ok,
     carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n,
-    KIND: tl.constexpr, BACKWARD: tl.constexpr, BY_FOURS: tl.constexpr, LAST: tl.constexpr,
-    FLIP: tl.constexpr, ACC: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr,
-    HAS_BOOT: tl.constexpr, G_T: tl.constexpr, K2_T: tl.constexpr, WRITE_TOTALS: tl.constexpr,
-    IDX64: tl.constexpr, BLOCK_T: tl.constexpr, TILE_TOTALS: tl.constexpr,
+    KIND: tl.constexpr, LAST: tl.constexpr, FLIP: tl.constexpr, ACC: tl.constexpr,
+    HAS_NEXT: tl.constexpr, HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr, G_T: tl.constexpr,
+    K2_T: tl.constexpr, WRITE_TOTALS: tl.constexpr, IDX64: tl.constexpr, BLOCK_T: tl.constexpr,
+    TILE_TOTALS: tl.constexpr,
 ):  # fmt: skip
-    """One tile of BLOCK_T steps x BLOCK_N sequences, given its coefficients
-    (:func:`_tile_coefficients`): scan (backward along the rows if BACKWARD, four rows at a
-    time if BY_FOURS; LAST is the row the scan reaches last), apply the carry, write the
-    outputs (or fold the tile into the chunk's composite: a tile of totals whose row LAST is
-    the chunk's if TILE_TOTALS, else one row). Returns the new state."""
+    """One tile of BLOCK_T steps x BLOCK_N sequences, given its scanned coefficients
+    (:func:`_tile_coefficients`, then :func:`_scan_tile`; LAST is the row the scan reaches
+    last): apply the carry, write the outputs (or fold the tile into the chunk's composite: a
+    tile of totals whose row LAST is the chunk's if TILE_TOTALS, else one row). Returns the
+    new state."""
     t, ti, ni, mask, off, _, koff = _tile_offsets(
         t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, BLOCK_T
     )
-    if BY_FOURS:
-        A, B = _backward_scan_by_fours(a, b)
-    else:
-        A, B = tl.associative_scan((a, b), 0, _combine, reverse=BACKWARD)
     if WRITE_TOTALS:  # fold the tile's composite (its last element in scan order)
         if TILE_TOTALS:
             total_a, total_b = _combine(total_a, total_b, A, B)
@@ -418,29 +431,36 @@ def _tile(
 
 
 @triton.jit
-def _fold(carry, base, n_rows, n_before, N, n64, n_ok, REVERSE: tl.constexpr, FOLD: tl.constexpr):
+def _fold(carry, base, n_rows, n_before, N, n64, n_ok, REVERSE: tl.constexpr, FOLD: tl.constexpr,
+          L2_ONLY: tl.constexpr):  # fmt: skip
     """Apply to ``carry`` the composites of rows ``0 .. n_before-1`` (in scan order; counted
     from the end when REVERSE) of ``base``: ``[2, n_rows, N]``, A then B. FOLD rows per memory
     round trip, one tile load and one in-register scan each (a row-by-row loop would pay a
-    dependent round trip per row); padding rows are the identity map."""
+    dependent round trip per row); padding rows are the identity map. L2_ONLY: loads that bypass
+    L1 (where other programs of the same launch stored the rows)."""
     fold = tl.arange(0, FOLD)
     for g in range(0, tl.cdiv(n_before, FOLD)):
         j = g * FOLD + fold
         ok = (j < n_before)[:, None] & n_ok[None, :]
         if REVERSE:
             j = n_rows - 1 - j
-        A, B = _scan_composites(base, j, n_rows, N, n64, ok)
+        A, B = _scan_composites(base, j, n_rows, N, n64, ok, L2_ONLY)
         carry = _apply(_row(A, fold, FOLD - 1), _row(B, fold, FOLD - 1), carry)
     return carry
 
 
 @triton.jit
-def _scan_composites(base, j, n_rows, N, n64, ok):
+def _scan_composites(base, j, n_rows, N, n64, ok, L2_ONLY: tl.constexpr):
     """Rows ``j`` of ``base`` (``[2, n_rows, N]``: A then B) as a tile, scanned in the order of
     ``j``; rows where not ``ok`` are the identity map."""
     at = base + j.to(tl.int64)[:, None] * N + n64[None, :]
-    a_j = tl.load(at, mask=ok, other=1)
-    b_j = tl.load(at + n_rows.to(tl.int64) * N, mask=ok, other=0)
+    at_b = at + n_rows.to(tl.int64) * N
+    if L2_ONLY:
+        a_j = tl.load(at, mask=ok, other=1, cache_modifier=".cg")
+        b_j = tl.load(at_b, mask=ok, other=0, cache_modifier=".cg")
+    else:
+        a_j = tl.load(at, mask=ok, other=1)
+        b_j = tl.load(at_b, mask=ok, other=0)
     return tl.associative_scan((a_j, b_j), 0, _combine)
 
 
@@ -475,7 +495,7 @@ def _group_prefixes(totals, grp, n_chunks, N, n64, n_ok, REVERSE: tl.constexpr,
     sj = first + rows
     ok = (rows < size)[:, None] & n_ok[None, :]
     cj = n_chunks - 1 - sj if REVERSE else sj
-    A, B = _scan_composites(totals, cj, n_chunks, N, n64, ok)
+    A, B = _scan_composites(totals, cj, n_chunks, N, n64, ok, False)
     prefix = _prefixes_at(totals, n_chunks, N) + sj.to(tl.int64)[:, None] * N + n64[None, :]
     tl.store(prefix, A, mask=ok)
     tl.store(prefix + n_chunks.to(tl.int64) * N, B, mask=ok)
@@ -499,6 +519,22 @@ def _chunk_carries(carry, totals, first, n_chunks, N, col64, col_ok, REVERSE: tl
     # a chunk starts from the state after the chunk before it in scan order
     entering = _neighbours(after, segs, col64.to(tl.int32), REVERSE, carry)
     return tl.reshape(entering, [SEGS * col64.shape[0]])
+
+
+@triton.jit
+def _grid_barrier(counter, n_programs):
+    """Wait until all ``n_programs`` programs of the launch have arrived. Every program must be
+    resident (a cooperative launch); ``counter`` (int32) is zero before the launch. What a
+    program stored before the barrier is visible to every program after it (release and
+    acquire at GPU scope). Under the interpreter, which runs the programs one after another,
+    a no-op: the launch orders its programs so that each finds what it reads already stored."""
+    if not INTERPRETED:
+        tl.debug_barrier()  # (every thread's stores issued before the program's arrival)
+        arrived = tl.atomic_add(counter, 1, sem="release", scope="gpu") + 1
+        while arrived < n_programs:  # (polled with plain loads: no atomics queued meanwhile)
+            arrived = tl.load(counter, volatile=True)
+        tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
 
 
 # T, N and CHUNK are specialised like every integer argument (equal to 1, multiple of 16): with
@@ -557,6 +593,7 @@ def scan_kernel(
     WRITE_TOTALS: tl.constexpr,
     READ_TOTALS: tl.constexpr,
     GROUP_PASS: tl.constexpr,
+    RESIDENT: tl.constexpr,
     IDX64: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -588,7 +625,10 @@ def scan_kernel(
         _group_prefixes(totals, tl.program_id(1), n_chunks, N, col64, col_ok, REVERSE, GROUP)
     else:
         n_chunks = tl.num_programs(1) * SEGS
-        first = tl.program_id(1) * SEGS  # the program's first chunk in time
+        pid_t = tl.program_id(1)
+        if RESIDENT and REVERSE:  # (programs in scan order: see _grid_barrier)
+            pid_t = tl.num_programs(1) - 1 - pid_t
+        first = pid_t * SEGS  # the program's first chunk in time
         rows = tl.arange(0, BLOCK_T)
 
         # The carry entering the program's first chunk in scan order, s: `boot` is the initial
@@ -599,12 +639,12 @@ def scan_kernel(
         s = n_chunks - SEGS - first if REVERSE else first
         if READ_TOTALS:
             if GROUP == 1:  # the chunk totals of every earlier chunk
-                carry = _fold(carry, totals, n_chunks, s, N, col64, col_ok, REVERSE, FOLD)
+                carry = _fold(carry, totals, n_chunks, s, N, col64, col_ok, REVERSE, FOLD, False)
             else:  # the totals of the earlier groups, then the group's own prefix
                 n_groups = tl.cdiv(n_chunks, GROUP)
                 group_totals = _group_totals_at(totals, n_chunks, N)
                 carry = _fold(
-                    carry, group_totals, n_groups, s // GROUP, N, col64, col_ok, False, FOLD
+                    carry, group_totals, n_groups, s // GROUP, N, col64, col_ok, False, FOLD, False
                 )
                 if s % GROUP != 0:  # (the first chunk of a group starts from the group's carry)
                     prefix = _prefixes_at(totals, n_chunks, N) + (s - 1).to(tl.int64) * N + col64
@@ -642,6 +682,27 @@ def scan_kernel(
                 carry = tl.zeros([BLOCK_N], dtype=ACC)
             start = (c * CHUNK)[None, :]  # (a row: tile offsets are [BLOCK_T, BLOCK_N])
         stop = tl.minimum(start + CHUNK, T)
+        if RESIDENT:  # one tile a chunk, every program resident (a cooperative launch): scan
+            # the tile, publish its composite, wait for every program's, fold those before it in
+            # scan order into the carry, finish the tile from its registers (one pass over memory)
+            a, b, cont, is_term, v = _tile_coefficients(
+                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot, start, rows, n, n_ok,
+                stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
+                HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+            )  # fmt: skip
+            A, B = _scan_tile(a, b, BACKWARD, BY_FOURS)
+            tl.store(totals + c * N + n64, _row(A, rows, LAST), mask=n_ok)
+            tl.store(totals + (n_chunks + c) * N + n64, _row(B, rows, LAST), mask=n_ok)
+            counter = (totals + 2 * n_chunks * N).to(tl.pointer_type(tl.int32), bitcast=True)
+            _grid_barrier(counter, tl.num_programs(0) * tl.num_programs(1))
+            carry = _fold(carry, totals, n_chunks, s, N, col64, col_ok, REVERSE, FOLD, True)
+            _tile(
+                x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, A, B, cont, is_term, v, start,
+                rows, n, n_ok, carry, carry, carry, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n,
+                o0_t, o0_n, o1_t, o1_n, KIND, LAST, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T,
+                K2_T, False, IDX64, BLOCK_T, TILE_TOTALS,
+            )  # fmt: skip
+            return
         n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
         if TILE_TOTALS:
             total_a = tl.full([BLOCK_T, BLOCK_N], 1, dtype=ACC)
@@ -678,12 +739,12 @@ def scan_kernel(
                 )  # fmt: skip
                 if not PREFETCH:
                     a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
+                A, B = _scan_tile(a, b, BACKWARD, BY_FOURS)
                 carry, total_a, total_b = _tile(
-                    x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, a, b, cont, is_term, v, t0,
+                    x0, x1, x2, x3, x4, gamma, k2, boot, out0, out1, A, B, cont, is_term, v, t0,
                     rows, n, n_ok, carry, total_a, total_b, stop, T, s_t, s_n, f_t, f_n, k_t, k_n,
-                    b_n, o0_t, o0_n, o1_t, o1_n, KIND, BACKWARD, BY_FOURS, LAST, FLIP, ACC,
-                    HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T,
-                    TILE_TOTALS,
+                    b_n, o0_t, o0_n, o1_t, o1_n, KIND, LAST, FLIP, ACC, HAS_NEXT, HAS_VALUES,
+                    HAS_BOOT, G_T, K2_T, WRITE_TOTALS, IDX64, BLOCK_T, TILE_TOTALS,
                 )  # fmt: skip
                 if PREFETCH:
                     a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
