@@ -129,7 +129,7 @@ def main():
         name, T, N, *layout = spec.split(":")
         launch, call_args = captured_launch(name, int(T), int(N), layout == ["bm"], args.plan)
         p = launch.plan
-        split = p.n_chunks > 1
+        split = p.n_chunks > 1 and not p.resident  # (a resident plan: one launch, no phases)
         phase = triton_backend._Phase(WRITE_TOTALS=split and args.phase == "totals",
                                       READ_TOTALS=split and args.phase == "scan",
                                       RESIDENT=p.resident)._asdict()  # fmt: skip
@@ -137,10 +137,14 @@ def main():
         regs2, stack2, two = compile_sass(launch, call_args, phase, 2)
         body = opcodes(two)
         body.subtract(opcodes(one))
+        what = "a tile"
+        if p.resident:  # (no tile loop: UNROLL changes nothing; the whole kernel instead)
+            body, what = opcodes(one), "the whole kernel"
         per = p.block_t * p.block_n / (32 * p.num_warps)
-        print(f"{spec} ({args.phase} pass of {p}): registers {regs1} (unroll 2: {regs2}), "
-              f"stack {stack1}/{stack2}, {body.total() / per:.1f} instructions an element "
-              "a tile")  # fmt: skip
+        pass_ = "one launch" if p.resident else f"{args.phase} pass"
+        print(f"{spec} ({pass_} of {p}): registers {regs1} (unroll 2: {regs2}), "
+              f"stack {stack1}/{stack2}, {body.total() / per:.1f} instructions an element, "
+              f"{what}")  # fmt: skip
         if args.mix:
             mix = sorted(((n / per, op) for op, n in body.items() if n), reverse=True)
             print("   ", ", ".join(f"{op} {x:.1f}" for x, op in mix))

@@ -569,7 +569,7 @@ def test_long_sequences_float32(fn, T, N, backend, device, request):
         # these lengths already cross many tiles and chunks; longer ones only cost CI minutes.
         # N = 7 (and V-trace at N = 1) runs the resident plan there: 8-step chunks, one launch.
         T = T // 10
-    elif (fn, T) == ("discounted_returns", 2000) and N != 3:
+    elif (fn, T, backend) == ("discounted_returns", 2000, "triton") and N != 3:
         known = "a known miss of the 1e-5 bound (README): at N = 1 1.03e-5 relative on the H200"
         known += " (torch 9.2e-6), 6.3e-6 of it gamma = 0.999 rounded to float32; N = 7 too"
         request.applymarker(pytest.mark.xfail(reason=known, strict=False))

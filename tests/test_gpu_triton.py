@@ -311,11 +311,10 @@ def test_cuda_graph_capture_and_replay(T, N):
 
 
 def test_resident_plans_where_the_tests_expect_them():
-    """The shapes above that test the resident plan get it (and its launch fits the GPU)."""
+    """The shapes above that test the resident plan get it (and the others do not)."""
     from rl_triton_core import triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
-    sms = torch.cuda.get_device_properties(CUDA).multi_processor_count
     resident = {
         (kind, T, N): tb._plan(kind.value, T, N, N > 1, CUDA).resident
         for kind in (kernels.GAE, kernels.LAMBDA, kernels.DISCOUNTED, kernels.VTRACE)
@@ -325,9 +324,6 @@ def test_resident_plans_where_the_tests_expect_them():
     assert resident == want
     assert not tb._plan(kernels.RETRACE.value, 262_144, 4, True, CUDA).resident
     assert not tb._plan(kernels.GAE.value, 131_072, 16, True, CUDA).resident
-    for T, N in ((262_144, 4), (200_003, 2)):
-        plan = tb._plan(kernels.GAE.value, T, N, True, CUDA)
-        assert plan.n_chunks <= 8 // plan.num_warps * sms
 
 
 @pytest.mark.parametrize(

@@ -201,6 +201,39 @@ def test_two_level_carry_in_repeated(device, fn, N, time_dim):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_refused_cooperative_launch_falls_back(device, monkeypatch):
+    """A resident plan whose cooperative launch the GPU refuses (it runs fewer programs at once
+    than its SM count promises) runs the split plans instead, on that device from then on;
+    repeated calls replay those."""
+    from rl_triton_core import triton_backend
+
+    shape = (200_003, 2) if device == "cuda" else (40, 7)  # resident on the GPU / interpreter
+    real_run, refused = triton_backend._run, []
+
+    def run(launch, args, grid, phase):
+        if phase.RESIDENT:
+            refused.append(grid)
+            raise RuntimeError("Triton Error [CUDA]: too many blocks in cooperative launch")
+        return real_run(launch, args, grid, phase)
+
+    monkeypatch.setattr(triton_backend, "_run", run)
+    monkeypatch.setattr(triton_backend, "_NO_RESIDENT", set())
+    triton_backend._LAUNCHES.clear()
+    _replay._PLANS.clear()
+    for seed in (3, 4, 5):
+        d = _inputs("gae", shape, 0, device, torch.float32, seed, truncation=False,
+                    tensor_gamma=False)  # fmt: skip
+        got = as_tuple(_call("gae", d, time_dim=0, backend="triton"))
+        for g, w in zip(got, _reference("gae", d, 0), strict=True):
+            assert_close(g, w, torch.float32, name="gae after a refused cooperative launch")
+    assert len(refused) == 1, "the refused plan was tried again"
+    assert triton_backend._LAUNCHES
+    assert not any(x.plan.resident for x in triton_backend._LAUNCHES.values())
+    triton_backend._LAUNCHES.clear()
+    _replay._PLANS.clear()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_aliased_arguments(device, launcher_calls):
     """A recording made with two distinct flag tensors replays correctly when one tensor is
     passed for both; a first call with one tensor passed twice is not replayable (its

@@ -2,8 +2,8 @@
 
 The launcher reads strides (never copies the common layouts), collapses the batch axes into
 one index, picks the tile shape from the layout and decides whether to split the time axis
-across programs, then launches :func:`kernels.scan_kernel` once (two or three times when split:
-see :func:`start`). Copies are made only for what a kernel cannot address in place
+across programs, then launches :func:`kernels.scan_kernel` once (two or three times when split,
+or once, cooperatively, for a resident plan: see :func:`start`). Copies are made only for what a kernel cannot address in place
 (``_needs_copies``): rare layouts and negative-bit views.
 """
 
@@ -121,13 +121,18 @@ _NARROW_SIDE_BY_SIDE = {kernels.GAE.value: 4, kernels.DISCOUNTED.value: 4,
                         kernels.LAMBDA.value: 8, kernels.RETRACE.value: 8}  # fmt: skip
 
 
+# Devices that refused a resident plan's cooperative launch (see _launch): none from then on.
+_NO_RESIDENT: set[torch.device] = set()
+
+
 def _resident_plan(kind: int, T: int, N: int, time_major: bool, sms: int) -> Plan | None:
     """A split scan in one cooperative launch (``Plan.resident``) where sweep 19 timed it
     faster than the plans of ``_plan`` on an H200: time-major pairs and fours of sequences
     with 131072 < T <= 262144 (timed at 200003 and 262144) for GAE, TD(lambda), discounted
     returns and V-trace, 0.48-0.72x the time; one sequence of 524288 < T steps (timed at
-    10^6 and 2^20) for V-trace, 0.69x. None elsewhere: at N = 8 and 16 it measured 1.0-3.0x
-    the time; one sequence of the other estimators 0.87-1.07x in one sample each (not taken).
+    10^6 and 2^20) for V-trace, 0.69x. None elsewhere: at N = 8 and 16 it measured 1.0-5.0x
+    the time; one sequence of the other estimators 0.87-1.07x at 2^20 and some 0.85-0.88x at
+    131072, one sample each (not taken).
     A program of w warps uses at most 255 registers a thread, so 8 / w of them fit on an SM
     whatever the kernel: the launch has at most 8 / w x SMs programs, all resident."""
     if time_major and N in (2, 4) and 131072 < T <= 262144 and kind in _RESIDENT_FEW:
@@ -153,7 +158,8 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
     vtrace = kind == kernels.VTRACE.value
     segs, prefetch = 1, False
     one_wave = False  # target: at most this many programs (else at least; see the split below)
-    if _INTERPRETED and T > 8 and ((time_major and N == 7) or (N == 1 and vtrace)):
+    resident_ok = device not in _NO_RESIDENT
+    if _INTERPRETED and resident_ok and T > 8 and ((time_major and N == 7) or (N == 1 and vtrace)):
         # resident (see _resident_plan): 8-step chunks, in 8-column tiles (one masked) at N = 7
         return Plan(8, 8 if N == 7 else 1, 1, 8, triton.cdiv(T, 8), 1, resident=True)
     if _INTERPRETED:  # tiny tiles so that CPU tests reach every code path: time-major N <= 3
@@ -173,7 +179,7 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, unroll = 1, 4
     else:
         sms = _sm_count(device.index or 0)
-        resident = _resident_plan(kind, T, N, time_major, sms)
+        resident = _resident_plan(kind, T, N, time_major, sms) if resident_ok else None
         if resident is not None:
             return resident
         wide = time_major and N > 16 and not vtrace
@@ -498,7 +504,19 @@ def _launch(
     recording = _replay.recording()
     if recording is not None:  # (a replay may skip everything above, not the copies)
         recording.append(None if copies else (launch, args))
-    start(launch, args)
+    try:
+        start(launch, args)
+    except RuntimeError as e:  # a resident plan's cooperative launch refused: the GPU runs
+        # fewer programs at once than its SM count promises (MPS limits, ...); plan without
+        if not launch.plan.resident or "cooperative" not in str(e):
+            raise
+        _NO_RESIDENT.add(launch.device)
+        launch = _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs)
+        if not copies:
+            _LAUNCHES[key] = launch
+            if recording is not None:
+                recording[-1] = (launch, args)
+        start(launch, args)
     for o, r in zip(outs, results, strict=True):
         if o is not r:
             r.copy_(o)
@@ -525,14 +543,15 @@ _WHOLE, _TOTALS, _GROUPS, _CARRIED, _RESIDENT = (
 def start(launch: _Launch, args: tuple) -> None:
     """Run a described launch on the call's tensors and scalars: once, or when the time axis is
     split, a first launch that writes each chunk's totals, with many chunks a second that scans
-    them by groups, and a last that folds them in and scans."""
+    them by groups, and a last that folds them in and scans; a resident plan's split scan in
+    one cooperative launch (its totals zeroed: they end in the grid barrier's counter)."""
     device = launch.device
     if device.type == "cuda" and device.index != torch._C._cuda_getDevice():
         with torch.cuda.device(device):  # Triton launches on the current device's stream
             return start(launch, args)
     if launch.plan.n_chunks == 1:
         return _run(launch, (*args, None, *launch.tail), launch.grid, _WHOLE)
-    if launch.plan.resident:  # (zeroed: the barrier's counter)
+    if launch.plan.resident:
         totals = torch.zeros(launch.totals_shape, dtype=launch.totals_dtype, device=device)
         return _run(launch, (*args, totals, *launch.tail), launch.grid, _RESIDENT)
     totals = _replay.empty(

@@ -560,7 +560,8 @@ def scan_kernel(
     boot,  # bootstrap_value / initial, stride b_n
     out0,
     out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
-    totals,  # chunk composites (A, B) in ACC: see _group_prefixes for the layout
+    totals,  # chunk composites (A, B) in ACC: see _group_prefixes for the layout (resident:
+    # [2, n_chunks, N], then the grid barrier's int32 counter)
     T,
     N,
     CHUNK,
