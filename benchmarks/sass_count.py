@@ -17,9 +17,10 @@ on the GPU (``sweep_tiles.py``) says what is fast; this says what the instructio
 
 ESTIMATOR: gae, lambda_returns, discounted_returns, vtrace, retrace, eligibility_traces,
 linear_scan; float32 inputs, terminated flags as bool, a bootstrap value where the estimator
-takes one (``sweep_tiles.estimator_calls``); time-major ``[T, N]`` unless ``bm``. ``--phase`` picks the pass of a split plan
-(an unsplit plan has only the scan, a resident one only its one launch). ``--plan`` replaces the tile (unsplit; prefetch off;
-other ``Plan`` fields by name, e.g. ``segs=2``).
+takes one (``sweep_tiles.estimator_calls``); time-major ``[T, N]`` unless ``bm``. ``--phase``
+picks the pass of a split plan (an unsplit plan has only the scan; a resident plan is one launch
+without a tile loop, compiled once and counted whole). ``--plan`` replaces the tile (unsplit;
+prefetch off; other ``Plan`` fields by name, e.g. ``segs=2``).
 The local Triton may compile differently from the GPU machine's.
 """
 
@@ -134,12 +135,12 @@ def main():
                                       READ_TOTALS=split and args.phase == "scan",
                                       RESIDENT=p.resident)._asdict()  # fmt: skip
         regs1, stack1, one = compile_sass(launch, call_args, phase, 1)
-        regs2, stack2, two = compile_sass(launch, call_args, phase, 2)
-        body = opcodes(two)
-        body.subtract(opcodes(one))
-        what = "a tile"
-        if p.resident:  # (no tile loop: UNROLL changes nothing; the whole kernel instead)
-            body, what = opcodes(one), "the whole kernel"
+        if p.resident:  # (no tile loop, so UNROLL changes nothing: the whole kernel instead)
+            regs2, stack2, body, what = regs1, stack1, opcodes(one), "the whole kernel"
+        else:
+            regs2, stack2, two = compile_sass(launch, call_args, phase, 2)
+            body, what = opcodes(two), "a tile"
+            body.subtract(opcodes(one))
         per = p.block_t * p.block_n / (32 * p.num_warps)
         pass_ = "one launch" if p.resident else f"{args.phase} pass"
         print(f"{spec} ({pass_} of {p}): registers {regs1} (unroll 2: {regs2}), "

@@ -3,8 +3,8 @@
 The launcher reads strides (never copies the common layouts), collapses the batch axes into
 one index, picks the tile shape from the layout and decides whether to split the time axis
 across programs, then launches :func:`kernels.scan_kernel` once (two or three times when split,
-or once, cooperatively, for a resident plan: see :func:`start`). Copies are made only for what a kernel cannot address in place
-(``_needs_copies``): rare layouts and negative-bit views.
+or once, cooperatively, for a resident plan: see :func:`start`). Copies are made only for what a
+kernel cannot address in place (``_needs_copies``): rare layouts and negative-bit views.
 """
 
 from __future__ import annotations
