@@ -61,9 +61,11 @@ def _f64(d):
     return {k: (v.double() if v.is_floating_point() else v) for k, v in d.items()}
 
 
-def _run_all(d, time_dim, backend, out_like=None):
-    """Every estimator on one input set; returns a dict of outputs."""
+def _run_all(d, time_dim, backend, out_like=None, long_horizon=False):
+    """Every estimator on one input set; returns a dict of outputs. ``long_horizon``: gamma =
+    0.9995 and lambda = 1 throughout (float32 calls then accumulate in float64)."""
     kw = dict(time_dim=time_dim, backend=backend)
+    g, lam = (dict(gamma=0.9995), 1.0) if long_horizon else ({}, None)
 
     def poisoned(n=1):
         if out_like is None:
@@ -78,8 +80,8 @@ def _run_all(d, time_dim, backend, out_like=None):
         d["term"],
         truncated=d["trunc"],
         next_values=d["next_values"],
-        gamma=0.99,
-        lmbda=0.95,
+        gamma=g.get("gamma", 0.99),
+        lmbda=lam or 0.95,
         out=poisoned(2),
         **kw,
     )
@@ -89,6 +91,7 @@ def _run_all(d, time_dim, backend, out_like=None):
         d["term"],
         truncated=d["trunc"],
         next_values=d["next_values"],
+        **(dict(g, lmbda=lam) if long_horizon else {}),
         out=poisoned(),
         **kw,
     )
@@ -97,6 +100,7 @@ def _run_all(d, time_dim, backend, out_like=None):
         d["term"],
         truncated=d["trunc"],
         next_values=d["next_values"],
+        **g,
         out=poisoned(),
         **kw,
     )
@@ -108,7 +112,8 @@ def _run_all(d, time_dim, backend, out_like=None):
         d["term"],
         truncated=d["trunc"],
         next_values=d["next_values"],
-        lmbda=0.9,
+        lmbda=lam or 0.9,
+        **g,
         out=poisoned(2),
         **kw,
     )
@@ -120,11 +125,18 @@ def _run_all(d, time_dim, backend, out_like=None):
         d["blp"],
         d["term"],
         truncated=d["trunc"],
-        lmbda=0.9,
+        lmbda=lam or 0.9,
+        **g,
         out=poisoned(),
         **kw,
     )
-    res["traces"] = rtc.eligibility_traces(d["rewards"], d["term"], out=poisoned(), **kw)
+    res["traces"] = rtc.eligibility_traces(
+        d["rewards"],
+        d["term"],
+        **(dict(g, lmbda=lam) if long_horizon else {}),
+        out=poisoned(),
+        **kw,
+    )
     res["scan"] = rtc.linear_scan(
         d["values"].sigmoid(), d["rewards"], reverse=True, out=poisoned(), **kw
     )
@@ -181,6 +193,28 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
     out_like = torch.empty(shape, dtype=dtype, device=CUDA)
     got = _run_all(d, time_dim, "triton", out_like=out_like)
     _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
+
+
+@pytest.mark.parametrize(
+    "T,N", [(130, 4096), (1_000_000, 1), (131_072, 16), (200_003, 2), (262_144, 4)]
+)
+def test_long_horizon_float32_large_shapes(T, N):
+    """float32 with gamma = 0.9995 and lambda = 1 accumulates in float64 past T = 128
+    (``triton_backend._wide_accumulation``) in every plan kind: unsplit, split in chunks with a
+    group pass, resident (200003 x 2 and 262144 x 4; V-trace of one sequence); within 1e-6 of
+    float64 (outputs poisoned). (At T = 100 it accumulates in float32: 1.04e-6 off at N =
+    1000 on the H200.)"""
+    gen = torch.Generator(device=CUDA).manual_seed(T + N + 1)
+    d = _inputs((T, N), 0, torch.float32, gen)
+    out_like = torch.empty((T, N), dtype=torch.float32, device=CUDA)
+    got = _run_all(d, 0, "triton", out_like=out_like, long_horizon=True)
+    want = _run_all(_f64(d), 0, "torch", long_horizon=True)
+    got.pop("scan"), want.pop("scan")  # (its a is a tensor: float32 accumulation)
+    for name, g in got.items():
+        for i, (gi, wi) in enumerate(zip(as_tuple(g), as_tuple(want[name]), strict=True)):
+            scale = wi.abs().max().clamp_min(1.0)
+            err = ((gi.double() - wi).abs().max() / scale).item()
+            assert err <= 1e-6, f"{name}[{i}] [{T}, {N}]: max relative error {err:.3g}"
 
 
 @pytest.mark.parametrize("flag_dtype", [torch.uint8, torch.int64, torch.float32])

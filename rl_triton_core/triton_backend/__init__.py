@@ -329,11 +329,12 @@ def _signature(t: Tensor | None):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.is_neg())
 
 
-def _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs) -> _Launch:
-    """Strides, plan and compile-time flags of a call whose tensors need no copies."""
+def _describe(kind, trace, reverse, has_next, has_values, wide, x, flags, coefs, boot, outs):
+    """Strides, plan and compile-time flags (a ``_Launch``) of a call whose tensors need no
+    copies; ``wide``: float64 accumulation for float32 tensors (``_wide_accumulation``)."""
     out0 = outs[0]
     T, N = out0.shape[0], math.prod(out0.shape[1:])
-    acc = tl.float64 if out0.dtype == torch.float64 else tl.float32
+    acc = tl.float64 if out0.dtype == torch.float64 or wide else tl.float32
     tensor_coefs = [c if isinstance(c, Tensor) else None for c in coefs]
     (s_t, s_n), (f_t, f_n) = _shared_strides(x)[1], _shared_strides(flags)[1]
     k_t, k_n = _shared_strides(tensor_coefs)[1]
@@ -434,6 +435,26 @@ def _exact_in_f32(c: float) -> bool:
     return struct.unpack("f", struct.pack("f", c))[0] == c
 
 
+def _wide_accumulation(kind: int, coefs: tuple, T: int) -> bool:
+    """Whether a float32 call accumulates in float64: where its recurrence keeps a state for
+    long, ``min(T, 1 / (1 - |s|)) > 128`` steps with ``s`` the factor of ``a_t`` that repeats
+    step after step (gamma lmbda; gamma for discounted returns; not the scan, whose ``a`` is a
+    tensor). A float32 scan drifts there: the nearest float32 of ``s`` is off by up to 6e-8
+    relative, and each composite ``A`` of a span is a product of the same factors, rounded
+    the same way at every level, so both errors grow with the span rather than as random
+    noise. At gamma = 0.999 over 2000 steps, float32 missed float64 by 1.03e-5 relative on an
+    H200 (the torch backend, a scan too, by 9.2e-6), and at gamma = 0.9995, lambda = 1 by
+    1.1-2.4e-5 at the benchmark shapes; float64 accumulation keeps it at the output's rounding
+    (3-5e-8), for 1.3-3.0x the device time of those calls (sweep 20 in
+    benchmarks/results/sweep_tiles_h200.txt). ``s = 1`` (undiscounted sums) multiplies exactly.
+    A coefficient passed as a tensor keeps float32 accumulation."""
+    factors = coefs[:1] if kind == kernels.DISCOUNTED.value else coefs[:2]
+    if kind == kernels.SCAN.value or any(isinstance(f, Tensor) for f in factors):
+        return False
+    s = abs(math.prod(map(float, factors)))
+    return s != 1 and min(T, 1 / (1 - s) if s < 1 else math.inf) > 128
+
+
 @functools.lru_cache(maxsize=256)
 def _f64_scalar(c: float, device: torch.device) -> Tensor:
     """A cached float64 device scalar for a coefficient float32 cannot hold: one host-to-device
@@ -460,7 +481,8 @@ def _launch(
     flags = (*flags, *(None,) * (2 - len(flags)))
     coefs = (*coefs, *(0.0,) * (5 - len(coefs)))
     outs = results = (out0, out1)
-    if out0.dtype == torch.float64:  # Triton passes Python floats as float32: keep float64
+    wide = out0.dtype == torch.float32 and _wide_accumulation(kind, coefs, out0.shape[0])
+    if out0.dtype == torch.float64 or wide:  # (Triton passes Python floats as float32)
         coefs = tuple(
             _f64_scalar(c, out0.device).expand(out0.shape)
             if isinstance(c, float) and not _exact_in_f32(c)
@@ -473,6 +495,7 @@ def _launch(
         reverse,
         has_next,
         has_values,
+        wide,
         out0.device,
         *map(_signature, (*x, *flags, boot, out0, out1)),
         *(_signature(c) if isinstance(c, Tensor) else None for c in coefs),
@@ -495,7 +518,9 @@ def _launch(
                 else o
                 for o in outs
             )
-        launch = _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs)
+        launch = _describe(
+            kind, trace, reverse, has_next, has_values, wide, x, flags, coefs, boot, outs
+        )
         if not copies:
             if len(_LAUNCHES) >= 4096:  # many distinct shapes: start afresh
                 _LAUNCHES.clear()
@@ -511,7 +536,9 @@ def _launch(
         if not launch.plan.resident or "cooperative" not in str(e):
             raise
         _NO_RESIDENT.add(launch.device)
-        launch = _describe(kind, trace, reverse, has_next, has_values, x, flags, coefs, boot, outs)
+        launch = _describe(
+            kind, trace, reverse, has_next, has_values, wide, x, flags, coefs, boot, outs
+        )
         if not copies:
             _LAUNCHES[key] = launch
             if recording is not None:
