@@ -566,8 +566,9 @@ def long_inputs(fn, T, N, g):
 @pytest.mark.parametrize("fn", FUNCTIONS)
 def test_long_sequences_float32(fn, T, N, gamma, backend, device):
     """float32 within 1e-5 of float64 over long sequences with gamma lambda close to 1: with
-    gamma = 0.999 (lambda 0.995) the Triton backend accumulates in float64 from T = 129 on
-    (``triton_backend._wide_accumulation``), with 0.99 in float32 (horizon 67 steps)."""
+    gamma = 0.999 the Triton backend accumulates in float64 from T = 129 on
+    (``triton_backend._wide_accumulation``), with 0.99 in float32 (horizons of 67 steps with
+    lambda = 0.995, 100 for discounted returns and V-trace)."""
     if interpreted(backend):
         # The interpreter runs tiny tiles (4 steps) and splits time into chunks of 8 steps, so
         # these lengths already cross many tiles and chunks; longer ones only cost CI minutes.
@@ -575,6 +576,8 @@ def test_long_sequences_float32(fn, T, N, gamma, backend, device):
         T = T // 10
     g = rng(T)
     inp = long_inputs(fn, T, N, g)
+    if "gamma" not in inp and gamma != 0.999:
+        pytest.skip("no gamma: the gamma = 0.999 case is the same")
     if "gamma" in inp:
         inp["gamma"] = gamma
     ref = as_tuple(call(fn, inp, backend="reference"))

@@ -240,6 +240,26 @@ def test_refused_cooperative_launch_falls_back(device, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_long_horizon_beside_a_tensor_coefficient_is_replayed(device, launcher_calls):
+    """A float32 call with a long-horizon Python-float gamma (float64 accumulation alone) and a
+    tensor clipping threshold accumulates in float32: a float64 gamma beside the float32 tensor
+    would need copies, and a call with copies is never recorded (planned again every call)."""
+    from rl_triton_core import triton_backend
+
+    d = _inputs("vtrace", (200, 3), 0, device, torch.float32, 3, truncation=False,
+                tensor_gamma=False)  # fmt: skip
+    d.update(gamma=0.9995, lmbda=1.0, c_bar=torch.full((200, 3), 0.9, device=device))
+    for _ in range(2):
+        got = _call("vtrace", d, backend="triton")
+    assert len(launcher_calls) == 1, "the repeated call was not a replay"
+    assert all(
+        x.meta["ACC"] == triton_backend.tl.float32 for x in triton_backend._LAUNCHES.values()
+    )
+    for g, w in zip(got, _reference("vtrace", d, 0), strict=True):
+        assert_close(g, w, torch.float32, name="long-horizon V-trace with a tensor c_bar")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_aliased_arguments(device, launcher_calls):
     """A recording made with two distinct flag tensors replays correctly when one tensor is
     passed for both; a first call with one tensor passed twice is not replayable (its

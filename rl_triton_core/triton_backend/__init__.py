@@ -445,13 +445,12 @@ def _wide_accumulation(kind: int, coefs: tuple, T: int) -> bool:
     noise. At gamma = 0.999 over 2000 steps, float32 missed float64 by 1.03e-5 relative on an
     H200 (the torch backend, a scan too, by 9.2e-6), and at gamma = 0.9995, lambda = 1 by
     1.1-2.4e-5 at the benchmark shapes; float64 accumulation keeps it at the output's rounding
-    (3-5e-8), for 1.3-3.0x the device time of those calls (sweep 20 in
+    (3.2-5.4e-8), for 1.3-3.0x the device time of those calls (sweep 20 in
     benchmarks/results/sweep_tiles_h200.txt). ``s = 1`` (undiscounted sums) multiplies exactly.
-    A coefficient passed as a tensor keeps float32 accumulation."""
-    factors = coefs[:1] if kind == kernels.DISCOUNTED.value else coefs[:2]
-    if kind == kernels.SCAN.value or any(isinstance(f, Tensor) for f in factors):
-        return False
-    s = abs(math.prod(map(float, factors)))
+    A call with any coefficient given as a tensor keeps float32 accumulation."""
+    if kind == kernels.SCAN.value or any(isinstance(c, Tensor) for c in coefs):
+        return False  # (a float64 gamma beside a float32 tensor coefficient would need copies)
+    s = abs(math.prod(coefs[:1] if kind == kernels.DISCOUNTED.value else coefs[:2]))
     return s != 1 and min(T, 1 / (1 - s) if s < 1 else math.inf) > 128
 
 
