@@ -1,4 +1,4 @@
-"""float32 calls accumulating in float32 vs float64 (``triton_backend._wide_accumulation``),
+"""float32 calls accumulating in float32 vs float64 (``_dispatch.accumulates_in_float64``),
 side by side on one GPU: what float64 accumulation costs and what it buys.
 
 For each shape and estimator three configurations, each checked against the float64 torch
@@ -70,7 +70,7 @@ def main() -> None:
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
     us_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median") * 1e3
-    real = tb._wide_accumulation
+    real = tb.accumulates_in_float64
     for (T, N), td, ests in CASES:
         shape = (T, N) if td == 0 else (N, T)
         r, v = torch.randn(shape, device=dev), torch.randn(shape, device=dev)
@@ -85,7 +85,7 @@ def main() -> None:
                 ("long-f32", long, lambda *_: False),
             ):
                 kw = {**kw0, **extra}
-                tb._wide_accumulation = wide
+                tb.accumulates_in_float64 = wide
                 tb._LAUNCHES.clear()
                 _replay._PLANS.clear()
                 call = functools.partial(getattr(rtc, est), *args, **kw, time_dim=td,
@@ -97,7 +97,7 @@ def main() -> None:
                 host = f" full {full_call_us(call):.1f}" if T * N <= 1 << 19 else ""
                 us = graph_us(call, flush, us_flush)
                 res.append(f"{name} {acc} {us:.1f}{host} err {err:.1e}")
-            tb._wide_accumulation = real
+            tb.accumulates_in_float64 = real
             layout = "tm" if td == 0 else "bm"
             print(f"[{T}, {N}] {layout} {est:18s} " + " | ".join(res), flush=True)
 

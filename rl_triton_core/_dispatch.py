@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 from types import ModuleType
 
@@ -57,6 +58,31 @@ def available_backends(device: torch.device | str = "cpu") -> list[str]:
     if triton_runs_on(device):
         names.insert(0, "triton")
     return names
+
+
+def accumulates_in_float64(dtype: torch.dtype, T: int, factors: tuple, coefficients: tuple) -> bool:
+    """Whether a call with outputs of ``dtype`` accumulates in float64 (both backends): float64
+    calls, and float32 calls whose recurrence keeps a state for long, ``min(T, 1 / (1 - |s|))
+    > 128`` steps, with ``s`` the product of ``factors``, the factor of ``a_t`` that repeats step
+    after step (gamma lmbda; gamma for discounted returns; none for the scan, whose ``a`` is a
+    tensor), and every coefficient a Python float (a tensor one keeps float32).
+
+    A float32 scan drifts there: the nearest float32 of ``s`` is off by up to 6e-8 relative, and
+    each composite ``A`` of a span is a product of the same factors, rounded the same way at
+    every level, so both errors grow with the span rather than as random noise. At gamma =
+    0.999 over 2000 steps float32 missed float64 by 1.03e-5 relative (the Triton backend on an
+    H200; the torch backend 9.2e-6), at gamma = 0.9995, lambda = 1 by 1.1-2.4e-5 at the
+    benchmark shapes (the torch backend on the CPU, gamma 0.9997 over 20000 steps: 6.4e-5);
+    float64 accumulation keeps it at the output's rounding (3.2-5.4e-8), for 1.3-3.0x the
+    device time of those calls on the H200 (sweep 20 in
+    benchmarks/results/sweep_tiles_h200.txt). ``s = 1`` (undiscounted sums) multiplies
+    exactly. 16-bit outputs keep float32: their own rounding is far coarser."""
+    if dtype == torch.float64:
+        return True
+    if dtype != torch.float32 or any(isinstance(c, torch.Tensor) for c in coefficients):
+        return False
+    s = abs(math.prod(factors))
+    return s != 1 and min(T, 1 / (1 - s) if s < 1 else math.inf) > 128
 
 
 @functools.cache

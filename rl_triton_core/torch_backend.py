@@ -69,6 +69,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ._dispatch import accumulates_in_float64
+
 try:  # optional: the small-problem scan below uses it when it is there
     import numpy
 except ImportError:  # pragma: no cover (the test stack installs numpy)
@@ -93,9 +95,13 @@ Coefficients = Callable[[slice, bool], tuple[Tensor, Tensor]]
 Finish = Callable[[slice, Tensor, "Tensor | None"], None]
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 arithmetic for 16/32-bit inputs, float64 for float64."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+def compute_dtype(out: Tensor, factors: tuple = (), coefficients: tuple = ()) -> torch.dtype:
+    """float32 arithmetic for 16/32-bit outputs, float64 for float64 and for float32 calls with
+    long horizons (``_dispatch.accumulates_in_float64``; ``factors``: the factor of ``a_t``
+    that repeats step after step, ``coefficients``: every coefficient of the call); ``out``:
+    a time-first output."""
+    wide = accumulates_in_float64(out.dtype, out.shape[0], factors, coefficients)
+    return torch.float64 if wide else torch.float32
 
 
 # -- the scan engine ---------------------------------------------------------------------------
@@ -378,13 +384,12 @@ def _both(x: Tensor | None, y: Tensor | None) -> Tensor | None:
     return y if x is None else (x if y is None else x * y)
 
 
-def _continues(live, truncated, rows: slice, like: Tensor, *, edge: bool) -> Tensor | None:
-    """``c_t = 1 - done_t`` for the steps ``rows`` as a keep mask (None: all ones), from
-    ``live = 1 - terminated``. ``edge``: also ``c_{T-1} = 0`` (the window edge; ``like`` is a
-    ``[T, *batch]`` tensor). A reverse scan without ``initial`` never reads ``a_{T-1}``, so a
-    mask used only in ``a`` can skip the edge.
+def _continues(live, truncated, rows: slice, like: Tensor, dtype, *, edge: bool):
+    """``c_t = 1 - done_t`` for the steps ``rows`` as a keep mask of the compute ``dtype``
+    (None: all ones), from ``live = 1 - terminated``. ``edge``: also ``c_{T-1} = 0`` (the window
+    edge; ``like`` is a ``[T, *batch]`` tensor). A reverse scan without ``initial`` never reads
+    ``a_{T-1}``, so a mask used only in ``a`` can skip the edge.
     """
-    dtype = compute_dtype(like.dtype)
     c = _both(live, _keep_mask(truncated, rows, dtype))
     if not edge:
         return c
@@ -483,7 +488,7 @@ def _entry(fn):
 
 @_entry
 def linear_scan(a, b, initial, reverse, out):
-    dtype = compute_dtype(out.dtype)
+    dtype = compute_dtype(out)
 
     def coefficients(rows, guard):
         return _to(_rows(a, rows), dtype), _fresh_copy(b, out, rows, dtype)
@@ -578,7 +583,7 @@ def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, ga
     ):
         return
     adv_out, ret_out = out
-    dtype, device = compute_dtype(adv_out.dtype), adv_out.device
+    dtype, device = compute_dtype(adv_out, (gamma, lmbda), (gamma, lmbda)), adv_out.device
     copy_advantages = _copy_out(adv_out)
 
     def coefficients(rows, guard):
@@ -586,7 +591,7 @@ def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, ga
         nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
         scratch = _scratch(adv_out, rows, dtype)  # the advantages' rows hold δ and the scan
         delta = _td_error(rewards, values, nv, live, gamma, rows, dtype, guard, scratch)
-        c = _continues(live, truncated, rows, adv_out, edge=False)
+        c = _continues(live, truncated, rows, adv_out, dtype, edge=False)
         return _keep(c, _product(gamma, lmbda, rows, dtype, device), guard), delta
 
     def finish(rows, advantages, carry):
@@ -600,11 +605,11 @@ def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, ga
 def lambda_returns(
     rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out
 ):
-    dtype, device = compute_dtype(out.dtype), out.device
+    dtype, device = compute_dtype(out, (gamma, lmbda), (gamma, lmbda)), out.device
 
     def coefficients(rows, guard):
         live = _keep_mask(terminated, rows, dtype)
-        c = _continues(live, truncated, rows, out, edge=True)
+        c = _continues(live, truncated, rows, out, dtype, edge=True)
         trace = _keep(c, _coef(lmbda, rows, dtype, device), guard)  # λ_t c_t
         nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
         # b = r + γ (1 - terminated) (1 - λ c) nv;  a = γ λ c (c_t = 1 implies not terminated)
@@ -621,12 +626,12 @@ def lambda_returns(
 
 @_entry
 def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_value, gamma, out):
-    dtype, device = compute_dtype(out.dtype), out.device
+    dtype, device = compute_dtype(out, (gamma,), (gamma,)), out.device
     T = out.shape[0]
 
     def coefficients(rows, guard):
         live = _keep_mask(terminated, rows, dtype)
-        c = _continues(live, truncated, rows, out, edge=True)
+        c = _continues(live, truncated, rows, out, dtype, edge=True)
         b = _fresh_copy(rewards, out, rows, dtype)
         if next_values is not None:  # bootstrap wherever the trace is cut and not terminated
             if c is not None:
@@ -661,14 +666,15 @@ def vtrace(
     out,
 ):
     vs_out, pg_out = out
-    dtype, device = compute_dtype(vs_out.dtype), vs_out.device
+    coefs = (gamma, lmbda, rho_bar, c_bar, pg_rho_bar)
+    dtype, device = compute_dtype(vs_out, (gamma, lmbda), coefs), vs_out.device
     chunk = {}  # what coefficients() computed for the chunk, reused by finish()
 
     def coefficients(rows, guard):
         tlp = _to(_rows(target_log_probs, rows), dtype)
         w = torch.exp(tlp - _to(_rows(behavior_log_probs, rows), dtype))
         live = _keep_mask(terminated, rows, dtype)
-        c = _continues(live, truncated, rows, vs_out, edge=True)
+        c = _continues(live, truncated, rows, vs_out, dtype, edge=True)
         nv = _next_state_values(values, next_values, bootstrap_value, rows, dtype)
         delta = _td_error(rewards, values, nv, live, gamma, rows, dtype, guard)
         delta *= _min(w, _rows(rho_bar, rows))
@@ -716,7 +722,7 @@ def retrace(
     trace,
     out,
 ):
-    dtype, device = compute_dtype(out.dtype), out.device
+    dtype, device = compute_dtype(out, (gamma, lmbda), (gamma, lmbda, c_bar)), out.device
 
     def after(x, rows):  # x_{t+1} in the compute dtype (0 past the end, where c_t = 0)
         return x if isinstance(x, float) else _to(_next_rows(x, rows), dtype)
@@ -726,7 +732,7 @@ def retrace(
         w = torch.exp(tlp - after(behavior_log_probs, rows))
         kappa = trace_coefficient(trace, after(lmbda, rows), w, tlp, after(c_bar, rows))
         live = _keep_mask(terminated, rows, dtype)
-        c = _continues(live, truncated, rows, out, edge=True)
+        c = _continues(live, truncated, rows, out, dtype, edge=True)
         a = _keep(c, kappa * _coef(gamma, rows, dtype, device), guard)  # γ_t c_t κ_{t+1}
         # b = r + γ (1 - terminated) E - a q_{t+1}
         b = _fresh_copy(rewards, out, rows, dtype)
@@ -741,7 +747,7 @@ def retrace(
 
 @_entry
 def eligibility_traces(x, done, gamma, lmbda, initial, out):
-    dtype, device = compute_dtype(out.dtype), out.device
+    dtype, device = compute_dtype(out, (gamma, lmbda), (gamma, lmbda)), out.device
 
     def coefficients(rows, guard):
         b = _fresh_copy(x, out, rows, dtype)

@@ -200,7 +200,7 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
 )
 def test_long_horizon_float32_large_shapes(T, N):
     """float32 with gamma = 0.9995 and lambda = 1 accumulates in float64 past T = 128
-    (``triton_backend._wide_accumulation``) in every plan kind: unsplit, split in chunks with a
+    (``_dispatch.accumulates_in_float64``) in every plan kind: unsplit, split in chunks with a
     group pass, resident (200003 x 2 and 262144 x 4; V-trace of one sequence); within 1e-6 of
     float64 (outputs poisoned). (At T = 100 it accumulates in float32: 1.04e-6 off at N =
     1000 on the H200.)"""

@@ -21,7 +21,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .. import _replay
-from .._dispatch import triton_interpreted
+from .._dispatch import accumulates_in_float64, triton_interpreted
 from . import kernels
 
 TRACE_IDS = {"retrace": 0, "tree_backup": 1, "q_lambda": 2, "importance_sampling": 3}
@@ -331,7 +331,7 @@ def _signature(t: Tensor | None):
 
 def _describe(kind, trace, reverse, has_next, has_values, wide, x, flags, coefs, boot, outs):
     """Strides, plan and compile-time flags (a ``_Launch``) of a call whose tensors need no
-    copies; ``wide``: float64 accumulation for float32 tensors (``_wide_accumulation``)."""
+    copies; ``wide``: float64 accumulation for float32 tensors (``accumulates_in_float64``)."""
     out0 = outs[0]
     T, N = out0.shape[0], math.prod(out0.shape[1:])
     acc = tl.float64 if out0.dtype == torch.float64 or wide else tl.float32
@@ -435,25 +435,6 @@ def _exact_in_f32(c: float) -> bool:
     return struct.unpack("f", struct.pack("f", c))[0] == c
 
 
-def _wide_accumulation(kind: int, coefs: tuple, T: int) -> bool:
-    """Whether a float32 call accumulates in float64: where its recurrence keeps a state for
-    long, ``min(T, 1 / (1 - |s|)) > 128`` steps with ``s`` the factor of ``a_t`` that repeats
-    step after step (gamma lmbda; gamma for discounted returns; not the scan, whose ``a`` is a
-    tensor). A float32 scan drifts there: the nearest float32 of ``s`` is off by up to 6e-8
-    relative, and each composite ``A`` of a span is a product of the same factors, rounded
-    the same way at every level, so both errors grow with the span rather than as random
-    noise. At gamma = 0.999 over 2000 steps, float32 missed float64 by 1.03e-5 relative on an
-    H200 (the torch backend, a scan too, by 9.2e-6), and at gamma = 0.9995, lambda = 1 by
-    1.1-2.4e-5 at the benchmark shapes; float64 accumulation keeps it at the output's rounding
-    (3.2-5.4e-8), for 1.3-3.0x the device time of those calls (sweep 20 in
-    benchmarks/results/sweep_tiles_h200.txt). ``s = 1`` (undiscounted sums) multiplies exactly.
-    A call with any coefficient given as a tensor keeps float32 accumulation."""
-    if kind == kernels.SCAN.value or any(isinstance(c, Tensor) for c in coefs):
-        return False  # (a float64 gamma beside a float32 tensor coefficient would need copies)
-    s = abs(math.prod(coefs[:1] if kind == kernels.DISCOUNTED.value else coefs[:2]))
-    return s != 1 and min(T, 1 / (1 - s) if s < 1 else math.inf) > 128
-
-
 @functools.lru_cache(maxsize=256)
 def _f64_scalar(c: float, device: torch.device) -> Tensor:
     """A cached float64 device scalar for a coefficient float32 cannot hold: one host-to-device
@@ -480,7 +461,11 @@ def _launch(
     flags = (*flags, *(None,) * (2 - len(flags)))
     coefs = (*coefs, *(0.0,) * (5 - len(coefs)))
     outs = results = (out0, out1)
-    wide = out0.dtype == torch.float32 and _wide_accumulation(kind, coefs, out0.shape[0])
+    # (the factor of a_t that repeats: gamma lmbda; gamma for discounted returns; none for the scan)
+    factors = () if kind == 0 else coefs[:1] if kind == kernels.DISCOUNTED.value else coefs[:2]
+    wide = out0.dtype == torch.float32 and accumulates_in_float64(
+        out0.dtype, out0.shape[0], factors, coefs
+    )
     if out0.dtype == torch.float64 or wide:  # (Triton passes Python floats as float32)
         coefs = tuple(
             _f64_scalar(c, out0.device).expand(out0.shape)
