@@ -534,6 +534,8 @@ def _gae_small(
         or adv_out.dtype not in (torch.float32, torch.float64)
         or gamma.__class__ is not float
         or lmbda.__class__ is not float
+        # (long horizons accumulate in float64: the engine; never at the default step limit)
+        or (adv_out.shape[0] > 128 and compute_dtype(adv_out, (gamma, lmbda)) != adv_out.dtype)
     ):
         return False
     views = _numpy_views(

@@ -566,7 +566,7 @@ def long_inputs(fn, T, N, g):
 @pytest.mark.parametrize("fn", FUNCTIONS)
 def test_long_sequences_float32(fn, T, N, gamma, backend, device):
     """float32 within 1e-5 of float64 over long sequences with gamma lambda close to 1: with
-    gamma = 0.999 the Triton backend accumulates in float64 from T = 129 on
+    gamma = 0.999 the Triton and torch backends accumulate in float64 from T = 129 on
     (``_dispatch.accumulates_in_float64``), with 0.99 in float32 (horizons of 67 steps with
     lambda = 0.995, 100 for discounted returns and V-trace)."""
     if interpreted(backend):

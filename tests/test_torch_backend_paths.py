@@ -200,3 +200,35 @@ def test_other_estimators_paths(regime, T, N, dtype):
         )
     _check(rtc.eligibility_traces, 1, r, x=r, done=term, initial=x["bootstrap"])
     _check(rtc.episodic_cumsum, 1, r, x=r, done=term)
+
+
+def test_long_horizon_float32_paths(regime):
+    """float32 calls with a long horizon (gamma = 0.9995, lambda = 1, over 300 steps)
+    accumulate in float64 (``_dispatch.accumulates_in_float64``) in every regime: float64
+    arithmetic beside float32 outputs, rounded once at the write; within 1e-6 of float64
+    (float32 accumulation drifts past that here)."""
+    T, N = 300, 2
+    g = torch.Generator().manual_seed(5)
+    r = 0.5 + 0.5 * torch.rand(T, N, generator=g, dtype=torch.float64)  # no cancellation
+    v = torch.rand(T, N, generator=g, dtype=torch.float64)
+    term = torch.zeros(T, N, dtype=torch.bool)
+    boot = torch.rand(N, generator=g, dtype=torch.float64)
+    calls = [
+        (rtc.gae, 2, dict(rewards=r, values=v, terminated=term, bootstrap_value=boot, lmbda=1.0)),
+        (rtc.lambda_returns, 1, dict(rewards=r, values=v, terminated=term, bootstrap_value=boot,
+                                     lmbda=1.0)),
+        (rtc.discounted_returns, 1, dict(rewards=r, terminated=term, bootstrap_value=boot)),
+        (rtc.vtrace, 2, dict(rewards=r, values=v, target_log_probs=-r, behavior_log_probs=-r,
+                             terminated=term, bootstrap_value=boot)),
+        (rtc.eligibility_traces, 1, dict(x=r, done=term, lmbda=1.0)),
+    ]  # fmt: skip
+    for fn, n_out, kw in calls:
+        want = fn(**kw, gamma=0.9995, backend="reference")
+        f32 = {k: x.float() if x.is_floating_point() else x for k, x in kw.items()
+               if isinstance(x, torch.Tensor)}  # fmt: skip
+        f32.update({k: x for k, x in kw.items() if not isinstance(x, torch.Tensor)})
+        out = _poisoned(r.float(), n_out)
+        fn(**f32, gamma=0.9995, backend="torch", out=out if n_out > 1 else out[0])
+        for got, ref in zip(out, want if isinstance(want, tuple) else (want,), strict=True):
+            err = ((got.double() - ref).abs().max() / ref.abs().max().clamp_min(1.0)).item()
+            assert err <= 1e-6, f"{fn.__name__} ({regime}): max relative error {err:.3g}"

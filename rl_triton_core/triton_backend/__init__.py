@@ -462,7 +462,9 @@ def _launch(
     coefs = (*coefs, *(0.0,) * (5 - len(coefs)))
     outs = results = (out0, out1)
     # (the factor of a_t that repeats: gamma lmbda; gamma for discounted returns; none for the scan)
-    factors = () if kind == 0 else coefs[:1] if kind == kernels.DISCOUNTED.value else coefs[:2]
+    factors = (
+        () if kind == kernels.SCAN.value else coefs[: 1 if kind == kernels.DISCOUNTED.value else 2]
+    )
     wide = out0.dtype == torch.float32 and accumulates_in_float64(
         out0.dtype, out0.shape[0], factors, coefs
     )
