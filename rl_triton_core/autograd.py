@@ -24,23 +24,29 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._dispatch import resolve
+from ._dispatch import accumulates_in_float64, resolve
 from ._validate import Steps, require_next_state
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 class _Canon:
-    """The validated call in time-first compute-dtype tensors."""
+    """The validated call in time-first compute-dtype tensors: float32, or float64 for float64
+    calls and long horizons (``_dispatch.accumulates_in_float64``, from the ``coefficients``
+    and the names of the ``factors`` of ``a_t`` among them), as on the direct paths."""
 
-    def __init__(self, fn: str, time_dim: int, values: dict, backend: str) -> None:
+    def __init__(
+        self, fn: str, time_dim: int, values: dict, backend: str, factors=(), coefficients=None
+    ) -> None:
         self.steps = steps = Steps(fn, time_dim, values)
         if not torch.compiler.is_compiling():  # (traced, the op's fake checks it)
             resolve(fn, backend, steps.device)  # an unknown or unusable backend fails here
         self.backend = backend
-        self.dtype = _compute_dtype(steps.dtype)
+        coefs = {
+            k: steps.coefficient(k, x) for k, x in (coefficients or {}).items() if x is not None
+        }
+        wide = accumulates_in_float64(
+            steps.dtype, steps.T, tuple(coefs[k] for k in factors), tuple(coefs.values())
+        )
+        self.dtype = torch.float64 if wide else torch.float32
         self.T = steps.T
 
     def step(self, name: str, x: Tensor | None) -> Tensor | None:
@@ -84,6 +90,13 @@ class _Canon:
                 o.copy_(r)
             return outs if len(outs) > 1 else outs[0]
         return results if len(results) > 1 else results[0]
+
+
+def _discount(gamma, lmbda=None, **others) -> tuple[tuple, dict]:
+    """``_Canon``'s ``factors`` and ``coefficients``: the factor of ``a_t`` that repeats step
+    after step is gamma lmbda (gamma alone without lmbda)."""
+    factors = ("gamma",) if lmbda is None else ("gamma", "lmbda")
+    return factors, {"gamma": gamma, "lmbda": lmbda, **others}
 
 
 def _either(x: Tensor | None, y: Tensor | None) -> Tensor | None:
@@ -154,7 +167,7 @@ def gae(
 ):  # fmt: skip
     """A_t = δ_t + γ_t λ_t c_t A_{t+1}: reverse scan with a = γλc, b = δ."""
     values_ = {"rewards": rewards, "values": values, "next_values": next_values}
-    c = _Canon("gae", time_dim, values_, backend)
+    c = _Canon("gae", time_dim, values_, backend, *_discount(gamma, lmbda))
     require_next_state("gae", next_values, bootstrap_value, truncated)
     r, v = c.step("rewards", rewards), c.step("values", values)
     term, trunc = c.flag("terminated", terminated), c.flag("truncated", truncated)
@@ -173,7 +186,7 @@ def lambda_returns(
     if values is None and next_values is None:
         raise ValueError("lambda_returns: pass `values` or `next_values`")
     values_ = {"rewards": rewards, "values": values, "next_values": next_values}
-    c = _Canon("lambda_returns", time_dim, values_, backend)
+    c = _Canon("lambda_returns", time_dim, values_, backend, *_discount(gamma, lmbda))
     require_next_state("lambda_returns", next_values, bootstrap_value, truncated)
     r, v = c.step("rewards", rewards), c.step("values", values)
     term, trunc = c.flag("terminated", terminated), c.flag("truncated", truncated)
@@ -190,7 +203,7 @@ def discounted_returns(
 ):
     """G_t = r_t + γ_t (1 - term_t) [c_t G_{t+1} + (1 - c_t) nv_t]."""
     values_ = {"rewards": rewards, "next_values": next_values}
-    c = _Canon("discounted_returns", time_dim, values_, backend)
+    c = _Canon("discounted_returns", time_dim, values_, backend, *_discount(gamma))
     require_next_state("discounted_returns", next_values, None, truncated, needed=False)
     r = c.step("rewards", rewards)
     term, trunc = c.flag("terminated", terminated), c.flag("truncated", truncated)
@@ -220,7 +233,8 @@ def vtrace(
         "behavior_log_probs": behavior_log_probs,
         "next_values": next_values,
     }
-    c = _Canon("vtrace", time_dim, values_, backend)
+    discount = _discount(gamma, lmbda, rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar)
+    c = _Canon("vtrace", time_dim, values_, backend, *discount)
     require_next_state("vtrace", next_values, bootstrap_value, truncated)
     r, v = c.step("rewards", rewards), c.step("values", values)
     term, trunc = c.flag("terminated", terminated), c.flag("truncated", truncated)
@@ -253,7 +267,7 @@ def retrace(
         "target_log_probs": target_log_probs,
         "behavior_log_probs": behavior_log_probs,
     }
-    c = _Canon("retrace", time_dim, values_, backend)
+    c = _Canon("retrace", time_dim, values_, backend, *_discount(gamma, lmbda, c_bar=c_bar))
     r = c.step("rewards", rewards)
     term, trunc = c.flag("terminated", terminated), c.flag("truncated", truncated)
     g = c.coefficient("gamma", gamma)
@@ -283,7 +297,7 @@ def eligibility_traces(
 ):
     """z_t = x_t + γ_t λ_t (1 - done_{t-1}) z_{t-1}, forward in time from ``initial``
     (``fn``: the public name, for messages; ``episodic_cumsum`` comes here too)."""
-    c = _Canon(fn, time_dim, {"x": x}, backend)
+    c = _Canon(fn, time_dim, {"x": x}, backend, *_discount(gamma, lmbda))
     x_ = c.step("x", x)
     g, lam = c.coefficient("gamma", gamma), c.coefficient("lmbda", lmbda)
     carries = _not(_previous(c.flag("done", done)))

@@ -632,3 +632,33 @@ def test_nan_in_a_cut_coefficient_leaves_other_gradients_finite(backend):
     adv.sum().backward()
     assert torch.isfinite(adv).all()
     assert torch.isfinite(gamma.grad).all(), gamma.grad
+
+
+@pytest.mark.parametrize("fn", ["gae", "discounted_returns", "vtrace", "eligibility_traces"])
+def test_long_horizon_float32_with_gradients(fn, backend, device):
+    """The autograd path accumulates long-horizon float32 calls in float64 as the direct paths
+    do (gamma = 0.9997, lambda = 1, 300 steps: ``_dispatch.accumulates_in_float64``): outputs
+    within 1e-6 of float64 (float32 accumulation drifts past that here), float32 gradients."""
+    T, N = (300, 2) if not interpreted(backend) else (140, 1)
+    g = torch.Generator().manual_seed(11)
+    x = (0.5 + 0.5 * torch.rand(T, N, generator=g, dtype=F64)).to(device)  # no cancellation
+    v = torch.rand(T, N, generator=g, dtype=F64).to(device)
+    term = torch.zeros(T, N, dtype=torch.bool, device=device)
+    boot = torch.rand(N, generator=g, dtype=F64).to(device)
+    inp = {
+        "gae": dict(rewards=x, values=v, terminated=term, bootstrap_value=boot, lmbda=1.0),
+        "discounted_returns": dict(rewards=x, terminated=term, bootstrap_value=boot),
+        "vtrace": dict(rewards=x, values=v, target_log_probs=-x, behavior_log_probs=-x,
+                       terminated=term, bootstrap_value=boot),
+        "eligibility_traces": dict(x=x, done=term, lmbda=1.0),
+    }[fn]  # fmt: skip
+    want = as_tuple(call(fn, inp, gamma=0.9997, backend="reference"))
+    f32 = {k: x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+           for k, x in inp.items()}  # fmt: skip
+    leaf = next(iter(f32.values())).requires_grad_()
+    got = as_tuple(call(fn, f32, gamma=0.9997, backend=backend))
+    assert all(o.requires_grad and o.dtype == torch.float32 for o in got)
+    for i, (o, w) in enumerate(zip(got, want, strict=True)):
+        assert_close(o, w, torch.float32, rtol=1e-6, name=f"{fn} output {i} (autograd path)")
+    (grad,) = torch.autograd.grad(sum(o.sum() for o in got), leaf)
+    assert grad.dtype == torch.float32 and torch.isfinite(grad).all()
