@@ -60,12 +60,13 @@ def available_backends(device: torch.device | str = "cpu") -> list[str]:
     return names
 
 
-def accumulates_in_float64(dtype: torch.dtype, T: int, factors: tuple, coefficients: tuple) -> bool:
-    """Whether a call with outputs of ``dtype`` accumulates in float64 (both backends): float64
+def accumulates_in_float64(dtype: torch.dtype, T: int, factors: tuple, others: tuple = ()) -> bool:
+    """Whether a call with outputs of ``dtype`` accumulates in float64 (every path): float64
     calls, and float32 calls whose recurrence keeps a state for long, ``min(T, 1 / (1 - |s|))
     > 128`` steps, with ``s`` the product of ``factors``, the factor of ``a_t`` that repeats step
     after step (gamma lmbda; gamma for discounted returns; none for the scan, whose ``a`` is a
-    tensor), and every coefficient a Python float (a tensor one keeps float32).
+    tensor), and every coefficient (``factors`` and ``others``) a Python float (a tensor one
+    keeps float32).
 
     A float32 scan drifts there: the nearest float32 of ``s`` is off by up to 6e-8 relative, and
     each composite ``A`` of a span is a product of the same factors, rounded the same way at
@@ -79,7 +80,7 @@ def accumulates_in_float64(dtype: torch.dtype, T: int, factors: tuple, coefficie
     exactly. 16-bit outputs keep float32: their own rounding is far coarser."""
     if dtype == torch.float64:
         return True
-    if dtype != torch.float32 or any(isinstance(c, torch.Tensor) for c in coefficients):
+    if dtype != torch.float32 or any(isinstance(c, torch.Tensor) for c in (*factors, *others)):
         return False
     s = abs(math.prod(factors))
     return s != 1 and min(T, 1 / (1 - s) if s < 1 else math.inf) > 128

@@ -40,13 +40,13 @@ class _Canon:
         if not torch.compiler.is_compiling():  # (traced, the op's fake checks it)
             resolve(fn, backend, steps.device)  # an unknown or unusable backend fails here
         self.backend = backend
-        coefs = {
+        self._coefs = coefs = {  # validated once (``coefficient`` returns them)
             k: steps.coefficient(k, x) for k, x in (coefficients or {}).items() if x is not None
         }
-        wide = accumulates_in_float64(
+        acc64 = accumulates_in_float64(
             steps.dtype, steps.T, tuple(coefs[k] for k in factors), tuple(coefs.values())
         )
-        self.dtype = torch.float64 if wide else torch.float32
+        self.dtype = torch.float64 if acc64 else torch.float32
         self.T = steps.T
 
     def step(self, name: str, x: Tensor | None) -> Tensor | None:
@@ -59,7 +59,7 @@ class _Canon:
         return None if x is None else x != 0
 
     def coefficient(self, name: str, x):
-        x = self.steps.coefficient(name, x)
+        x = self._coefs[name] if name in self._coefs else self.steps.coefficient(name, x)
         return x.to(self.dtype) if isinstance(x, Tensor) else x
 
     def boundary(self, name: str, x: Tensor | None) -> Tensor | None:

@@ -95,13 +95,13 @@ Coefficients = Callable[[slice, bool], tuple[Tensor, Tensor]]
 Finish = Callable[[slice, Tensor, "Tensor | None"], None]
 
 
-def compute_dtype(out: Tensor, factors: tuple = (), coefficients: tuple = ()) -> torch.dtype:
+def compute_dtype(out: Tensor, factors: tuple = (), others: tuple = ()) -> torch.dtype:
     """float32 arithmetic for 16/32-bit outputs, float64 for float64 and for float32 calls with
-    long horizons (``_dispatch.accumulates_in_float64``; ``factors``: the factor of ``a_t``
-    that repeats step after step, ``coefficients``: every coefficient of the call); ``out``:
+    long horizons (``_dispatch.accumulates_in_float64``; ``factors``: those of the factor of
+    ``a_t`` that repeats step after step, ``others``: the call's other coefficients); ``out``:
     a time-first output."""
-    wide = accumulates_in_float64(out.dtype, out.shape[0], factors, coefficients)
-    return torch.float64 if wide else torch.float32
+    acc64 = accumulates_in_float64(out.dtype, out.shape[0], factors, others)
+    return torch.float64 if acc64 else torch.float32
 
 
 # -- the scan engine ---------------------------------------------------------------------------
@@ -585,7 +585,7 @@ def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, ga
     ):
         return
     adv_out, ret_out = out
-    dtype, device = compute_dtype(adv_out, (gamma, lmbda), (gamma, lmbda)), adv_out.device
+    dtype, device = compute_dtype(adv_out, (gamma, lmbda)), adv_out.device
     copy_advantages = _copy_out(adv_out)
 
     def coefficients(rows, guard):
@@ -607,7 +607,7 @@ def gae(rewards, values, terminated, truncated, next_values, bootstrap_value, ga
 def lambda_returns(
     rewards, values, terminated, truncated, next_values, bootstrap_value, gamma, lmbda, out
 ):
-    dtype, device = compute_dtype(out, (gamma, lmbda), (gamma, lmbda)), out.device
+    dtype, device = compute_dtype(out, (gamma, lmbda)), out.device
 
     def coefficients(rows, guard):
         live = _keep_mask(terminated, rows, dtype)
@@ -628,7 +628,7 @@ def lambda_returns(
 
 @_entry
 def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_value, gamma, out):
-    dtype, device = compute_dtype(out, (gamma,), (gamma,)), out.device
+    dtype, device = compute_dtype(out, (gamma,)), out.device
     T = out.shape[0]
 
     def coefficients(rows, guard):
@@ -668,8 +668,8 @@ def vtrace(
     out,
 ):
     vs_out, pg_out = out
-    coefs = (gamma, lmbda, rho_bar, c_bar, pg_rho_bar)
-    dtype, device = compute_dtype(vs_out, (gamma, lmbda), coefs), vs_out.device
+    dtype = compute_dtype(vs_out, (gamma, lmbda), (rho_bar, c_bar, pg_rho_bar))
+    device = vs_out.device
     chunk = {}  # what coefficients() computed for the chunk, reused by finish()
 
     def coefficients(rows, guard):
@@ -724,7 +724,7 @@ def retrace(
     trace,
     out,
 ):
-    dtype, device = compute_dtype(out, (gamma, lmbda), (gamma, lmbda, c_bar)), out.device
+    dtype, device = compute_dtype(out, (gamma, lmbda), (c_bar,)), out.device
 
     def after(x, rows):  # x_{t+1} in the compute dtype (0 past the end, where c_t = 0)
         return x if isinstance(x, float) else _to(_next_rows(x, rows), dtype)
@@ -749,7 +749,7 @@ def retrace(
 
 @_entry
 def eligibility_traces(x, done, gamma, lmbda, initial, out):
-    dtype, device = compute_dtype(out, (gamma, lmbda), (gamma, lmbda)), out.device
+    dtype, device = compute_dtype(out, (gamma, lmbda)), out.device
 
     def coefficients(rows, guard):
         b = _fresh_copy(x, out, rows, dtype)

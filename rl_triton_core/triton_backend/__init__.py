@@ -329,12 +329,12 @@ def _signature(t: Tensor | None):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.is_neg())
 
 
-def _describe(kind, trace, reverse, has_next, has_values, wide, x, flags, coefs, boot, outs):
+def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs, boot, outs):
     """Strides, plan and compile-time flags (a ``_Launch``) of a call whose tensors need no
-    copies; ``wide``: float64 accumulation for float32 tensors (``accumulates_in_float64``)."""
+    copies; ``acc64``: float64 accumulation (``accumulates_in_float64``)."""
     out0 = outs[0]
     T, N = out0.shape[0], math.prod(out0.shape[1:])
-    acc = tl.float64 if out0.dtype == torch.float64 or wide else tl.float32
+    acc = tl.float64 if acc64 else tl.float32
     tensor_coefs = [c if isinstance(c, Tensor) else None for c in coefs]
     (s_t, s_n), (f_t, f_n) = _shared_strides(x)[1], _shared_strides(flags)[1]
     k_t, k_n = _shared_strides(tensor_coefs)[1]
@@ -465,10 +465,8 @@ def _launch(
     factors = (
         () if kind == kernels.SCAN.value else coefs[: 1 if kind == kernels.DISCOUNTED.value else 2]
     )
-    wide = out0.dtype == torch.float32 and accumulates_in_float64(
-        out0.dtype, out0.shape[0], factors, coefs
-    )
-    if out0.dtype == torch.float64 or wide:  # (Triton passes Python floats as float32)
+    acc64 = accumulates_in_float64(out0.dtype, out0.shape[0], factors, coefs)
+    if acc64:  # float64 coefficients (Triton passes Python floats as float32)
         coefs = tuple(
             _f64_scalar(c, out0.device).expand(out0.shape)
             if isinstance(c, float) and not _exact_in_f32(c)
@@ -481,7 +479,7 @@ def _launch(
         reverse,
         has_next,
         has_values,
-        wide,
+        acc64,
         out0.device,
         *map(_signature, (*x, *flags, boot, out0, out1)),
         *(_signature(c) if isinstance(c, Tensor) else None for c in coefs),
@@ -505,7 +503,7 @@ def _launch(
                 for o in outs
             )
         launch = _describe(
-            kind, trace, reverse, has_next, has_values, wide, x, flags, coefs, boot, outs
+            kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs, boot, outs
         )
         if not copies:
             if len(_LAUNCHES) >= 4096:  # many distinct shapes: start afresh
@@ -523,7 +521,7 @@ def _launch(
             raise
         _NO_RESIDENT.add(launch.device)
         launch = _describe(
-            kind, trace, reverse, has_next, has_values, wide, x, flags, coefs, boot, outs
+            kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs, boot, outs
         )
         if not copies:
             _LAUNCHES[key] = launch
