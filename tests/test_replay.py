@@ -100,11 +100,12 @@ def _reference(fn, inputs, time_dim):
 @pytest.mark.parametrize("fn", FUNCTIONS)
 def test_second_call_is_a_replay_with_the_new_data(fn, layout, device, launcher_calls):
     shape, time_dim = LAYOUTS[layout]
-    # (float64 with a per-step gamma tensor beside a float coefficient float32 cannot hold is
-    # a layout the launcher copies for: not replayable, so not here)
+    # (float64 with a per-step gamma tensor: the other coefficients, 0.9, are float64 scalars
+    # that the kernel reads as one value for every step, beside the per-step tensor, in place)
     for dtype, truncation, tensor_gamma, use_out in (
         (torch.float32, False, True, True),
         (torch.float64, True, False, False),
+        (torch.float64, False, True, True),
     ):
         kw = dict(truncation=truncation, tensor_gamma=tensor_gamma)
         first = _inputs(fn, shape, time_dim, device, dtype, 1, **kw)
@@ -257,6 +258,22 @@ def test_long_horizon_beside_a_tensor_coefficient_is_replayed(device, launcher_c
     )
     for g, w in zip(got, _reference("vtrace", d, 0), strict=True):
         assert_close(g, w, torch.float32, name="long-horizon V-trace with a tensor c_bar")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_value_coefficient_beside_a_per_step_one_is_replayed(device, launcher_calls):
+    """A coefficient tensor of one value for every step (a [1, 1] gamma, broadcast: stride 0)
+    beside a per-step tensor threshold: the kernel reads its one value (kernels.COEF_ONE), so
+    no copies, and the repeated call with new data is a replay."""
+    kw = dict(truncation=False, tensor_gamma=False)
+    for seed in (1, 2):
+        d = _inputs("vtrace", (9, 3), 0, device, torch.float32, seed, **kw)
+        d.update(gamma=torch.full((1, 1), 0.97, device=device),
+                 c_bar=torch.rand((9, 3), device=device) + 0.5)  # fmt: skip
+        got = _call("vtrace", d, backend="triton")
+    assert len(launcher_calls) == 1, "the repeated call was not a replay"
+    for g, w in zip(got, _reference("vtrace", d, 0), strict=True):
+        assert_close(g, w, torch.float32, name="V-trace with a [1, 1] gamma and a tensor c_bar")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -63,6 +63,19 @@ def _shared_strides(tensors: list[Tensor | None]) -> tuple[list[Tensor | None], 
     return copied, _group_pair(copied)
 
 
+def _per_step(c) -> bool:
+    """Whether a coefficient is a per-step tensor (not a Python float, nor one value broadcast
+    to every step: see ``kernels.COEF_ONE``)."""
+    return isinstance(c, Tensor) and _collapse(c) != (0, 0)
+
+
+def _coef_mode(c) -> int:
+    """How the kernel reads coefficient ``c`` (``kernels.COEF_SCALAR``, ...)."""
+    if not isinstance(c, Tensor):
+        return kernels.COEF_SCALAR.value
+    return kernels.COEF_STEPS.value if _per_step(c) else kernels.COEF_ONE.value
+
+
 def _boundary_stride(x: Tensor | None) -> tuple[Tensor | None, int]:
     if x is None:
         return None, 0
@@ -335,9 +348,9 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     out0 = outs[0]
     T, N = out0.shape[0], math.prod(out0.shape[1:])
     acc = tl.float64 if acc64 else tl.float32
-    tensor_coefs = [c if isinstance(c, Tensor) else None for c in coefs]
     (s_t, s_n), (f_t, f_n) = _shared_strides(x)[1], _shared_strides(flags)[1]
-    k_t, k_n = _shared_strides(tensor_coefs)[1]
+    k_t, k_n = _shared_strides([c if _per_step(c) else None for c in coefs])[1]
+    g_t, l_t, k0_t, k1_t, k2_t = map(_coef_mode, coefs)
     b_n = _boundary_stride(boot)[1]
     (o0_t, o0_n) = _collapse(out0)
     (o1_t, o1_n) = _collapse(outs[1]) if outs[1] is not None else (0, 0)
@@ -360,11 +373,11 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         HAS_NEXT=has_next,
         HAS_VALUES=has_values,
         HAS_BOOT=boot is not None,
-        G_T=tensor_coefs[0] is not None,
-        L_T=tensor_coefs[1] is not None,
-        K0_T=tensor_coefs[2] is not None,
-        K1_T=tensor_coefs[3] is not None,
-        K2_T=tensor_coefs[4] is not None,
+        G_T=g_t,
+        L_T=l_t,
+        K0_T=k0_t,
+        K1_T=k1_t,
+        K2_T=k2_t,
         IDX64=max(reach, b_n * N) >= 2**31,
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
@@ -422,7 +435,7 @@ def _needs_copies(x, flags, coefs, boot, outs) -> bool:
     tensor_coefs = [c for c in coefs if isinstance(c, Tensor)]
     if any(t is not None and t.is_neg() for t in (*x, *tensor_coefs, boot, *outs)):
         return True
-    if any(_group_pair(group) is None for group in (x, flags, tensor_coefs)):
+    if any(_group_pair(group) is None for group in (x, flags, filter(_per_step, coefs))):
         return True
     return (boot is not None and _collapse(boot.unsqueeze(0)) is None) or any(
         o is not None and _collapse(o) is None for o in outs
@@ -466,7 +479,8 @@ def _launch(
         () if kind == kernels.SCAN.value else coefs[: 1 if kind == kernels.DISCOUNTED.value else 2]
     )
     acc64 = accumulates_in_float64(out0.dtype, out0.shape[0], factors, coefs)
-    if acc64:  # float64 coefficients (Triton passes Python floats as float32)
+    if acc64:  # float64 coefficients (Triton passes Python floats as float32), each read as one
+        # value for every step (kernels.COEF_ONE) beside any per-step coefficient tensor
         coefs = tuple(
             _f64_scalar(c, out0.device).expand(out0.shape)
             if isinstance(c, float) and not _exact_in_f32(c)
@@ -491,10 +505,9 @@ def _launch(
         if copies:  # the slow, uncached path (negative bits resolved: a no-op without one)
             x = [None if t is None else t.resolve_neg() for t in x]
             x, flags = _shared_strides(x)[0], _shared_strides(list(flags))[0]
-            tensor_coefs = _shared_strides(
-                [c.resolve_neg() if isinstance(c, Tensor) else None for c in coefs]
-            )
-            coefs = [c if t is None else t for c, t in zip(coefs, tensor_coefs[0], strict=True)]
+            coefs = [c.resolve_neg() if isinstance(c, Tensor) else c for c in coefs]
+            steps = _shared_strides([c if _per_step(c) else None for c in coefs])[0]
+            coefs = [c if t is None else t for c, t in zip(coefs, steps, strict=True)]
             boot = _boundary_stride(None if boot is None else boot.resolve_neg())[0]
             outs = tuple(
                 torch.empty(o.shape, dtype=o.dtype, device=o.device)

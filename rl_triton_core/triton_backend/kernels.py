@@ -41,6 +41,13 @@ DISCOUNTED = tl.constexpr(3)
 VTRACE = tl.constexpr(4)
 RETRACE = tl.constexpr(5)
 TRACES = tl.constexpr(6)
+# How a coefficient is passed (the G_T, L_T, K0_T, K1_T and K2_T constexprs): a float32 scalar
+# argument; a per-step tensor (strides k_t, k_n, shared by the call's per-step coefficients); one
+# value for every step (a tensor broadcast with stride 0: a scalar tensor, or the float64 scalar
+# of a float64 call), read from its first element.
+COEF_SCALAR = tl.constexpr(0)
+COEF_STEPS = tl.constexpr(1)
+COEF_ONE = tl.constexpr(2)
 # Retrace trace ids (the TRACE constexpr).
 TRACE_RETRACE = tl.constexpr(0)
 TRACE_TREE_BACKUP = tl.constexpr(1)
@@ -78,12 +85,14 @@ def _flag(ptr, off, mask, HAS: tl.constexpr):
 
 
 @triton.jit
-def _coef(k, off, mask, IS_TENSOR: tl.constexpr, ACC: tl.constexpr):
-    """gamma / lmbda / a threshold: a per-step tensor tile, or a scalar argument."""
-    if IS_TENSOR:
+def _coef(k, off, mask, MODE: tl.constexpr, ACC: tl.constexpr):
+    """gamma / lmbda / a threshold, passed as MODE says (see COEF_SCALAR)."""
+    if MODE == COEF_STEPS:
         return tl.load(k + off, mask=mask, other=0).to(ACC)
+    elif MODE == COEF_ONE:
+        return tl.load(k).to(ACC)
     else:
-        return k  # a float32 scalar argument (float64 calls pass tensors instead)
+        return k
 
 
 @triton.jit
@@ -556,7 +565,7 @@ def scan_kernel(
     lmbda,
     k0,
     k1,
-    k2,  # coefficients: scalars, or tensors with strides k_t, k_n
+    k2,  # coefficients: scalars, per-step tensors with strides k_t, k_n, or one-value tensors
     boot,  # bootstrap_value / initial, stride b_n
     out0,
     out1,  # outputs, strides o0_t, o0_n / o1_t, o1_n
