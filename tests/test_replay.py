@@ -243,8 +243,8 @@ def test_refused_cooperative_launch_falls_back(device, monkeypatch):
 @pytest.mark.parametrize("device", DEVICES)
 def test_long_horizon_beside_a_tensor_coefficient_is_replayed(device, launcher_calls):
     """A float32 call with a long-horizon Python-float gamma (float64 accumulation alone) and a
-    tensor clipping threshold accumulates in float32: a float64 gamma beside the float32 tensor
-    would need copies, and a call with copies is never recorded (planned again every call)."""
+    tensor clipping threshold accumulates in float32 (a tensor coefficient is the documented way
+    to keep float32: ``_dispatch.accumulates_in_float64``), and its repeated call is a replay."""
     from rl_triton_core import triton_backend
 
     d = _inputs("vtrace", (200, 3), 0, device, torch.float32, 3, truncation=False,

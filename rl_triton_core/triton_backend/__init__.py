@@ -480,7 +480,8 @@ def _launch(
     )
     acc64 = accumulates_in_float64(out0.dtype, out0.shape[0], factors, coefs)
     if acc64:  # float64 coefficients (Triton passes Python floats as float32), each read as one
-        # value for every step (kernels.COEF_ONE) beside any per-step coefficient tensor
+        # value for every step (kernels.COEF_ONE; in place beside a per-step coefficient tensor
+        # of a float64 call)
         coefs = tuple(
             _f64_scalar(c, out0.device).expand(out0.shape)
             if isinstance(c, float) and not _exact_in_f32(c)
