@@ -598,6 +598,22 @@ def _git(*args: str) -> str | None:
         return None
 
 
+def _git_tree() -> str | None:
+    """The git tree of the files as they are (tracked and untracked, ignored ones aside),
+    through a temporary index: equal to the tree of the commit whose files were run, also
+    where HEAD is stale (a copy of a working tree with its original git metadata). ``git log
+    --format='%h %T'`` names that commit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        index = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        try:
+            for args in (["add", "-A"], ["write-tree"]):
+                out = subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                                     cwd=HERE.parent, env={**os.environ, **index})  # fmt: skip
+        except (OSError, subprocess.CalledProcessError):
+            return None
+    return out.stdout.strip()
+
+
 def machine_info(device: torch.device) -> dict:
     cpu = platform.processor()
     try:
@@ -625,6 +641,7 @@ def machine_info(device: torch.device) -> dict:
         "rl_triton_core": getattr(rtc, "__version__", None),
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,  # tracked files changed
+        "git_tree": _git_tree(),
         "platform": platform.platform(),
         "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
@@ -706,9 +723,23 @@ def self_check() -> int:
         "target bf16",
         targets["gae: bf16 device time < fp32 (bytes ratio 0.53)"]["status"] == "PASS",
     )
-    text = report.markdown(rows, meta, list(targets.values()))
+    tree = _git_tree()
     check(
-        "markdown", "## Headline" in text and "vs doubling-compiled" in text and "| gae |" in text
+        "git tree",
+        tree is None  # (not a git checkout)
+        or (
+            _git("cat-file", "-t", tree) == "tree"
+            and (bool(_git("status", "--porcelain")) or tree == _git("rev-parse", "HEAD^{tree}"))
+        ),
+        str(tree),
+    )
+    text = report.markdown(rows, {**meta, "git_tree": "0123456789abcdef"}, list(targets.values()))
+    check(
+        "markdown",
+        "## Headline" in text
+        and "vs doubling-compiled" in text
+        and "| gae |" in text
+        and ", tree 0123456789;" in text,
     )
     clock = Clock(cpu)
     check(

@@ -159,7 +159,9 @@ def markdown(rows: list[dict], meta: dict, targets: list[dict]) -> str:
     lines = [f"# rl-triton benchmark: {meta.get('gpu') or meta.get('cpu')}", ""]
     lines.append(
         f"{meta.get('date')}, commit {str(meta.get('git_commit'))[:10]}"
-        f"{' (dirty)' if meta.get('git_dirty') else ''}; torch {meta.get('torch')}, triton "
+        f"{' (dirty)' if meta.get('git_dirty') else ''}"
+        f"{', tree ' + meta['git_tree'][:10] if meta.get('git_tree') else ''}; torch "
+        f"{meta.get('torch')}, triton "
         f"{meta.get('triton')}, torchrl {meta.get('torchrl')}, SB3 {meta.get('stable_baselines3')}, "
         f"Python {meta.get('python')}; grid `{meta.get('grid')}`, {meta.get('wall_s', 0):.0f} s."
     )
