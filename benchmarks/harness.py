@@ -589,11 +589,12 @@ def _version(dist: str, module: str | None = None) -> str | None:
         return None
 
 
-def _git(*args: str) -> str | None:
+def _git(*args: str, env: dict | None = None) -> str | None:
     try:
         return subprocess.run(
-            ["git", *args], capture_output=True, text=True, check=True, cwd=HERE.parent
-        ).stdout.strip()
+            ["git", *args], capture_output=True, text=True, check=True, cwd=HERE.parent,
+            env=None if env is None else {**os.environ, **env},
+        ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -605,13 +606,9 @@ def _git_tree() -> str | None:
     --format='%h %T'`` names that commit."""
     with tempfile.TemporaryDirectory() as tmp:
         index = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
-        try:
-            for args in (["add", "-A"], ["write-tree"]):
-                out = subprocess.run(["git", *args], capture_output=True, text=True, check=True,
-                                     cwd=HERE.parent, env={**os.environ, **index})  # fmt: skip
-        except (OSError, subprocess.CalledProcessError):
+        if _git("add", "-A", env=index) is None:
             return None
-    return out.stdout.strip()
+        return _git("write-tree", env=index)
 
 
 def machine_info(device: torch.device) -> dict:

@@ -56,6 +56,20 @@ def parse_candidate(text: str) -> tuple:
     return (*map(int, sizes.split("x")), *named)
 
 
+def graph_us(call, flush, us_flush: float) -> float:
+    """CUDA-graph replay of ``call`` with L2 flushed before each (``flush.zero_()``), minus the
+    flush (``us_flush``), in us: a do_bench median."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+
+    def replay():
+        flush.zero_()
+        graph.replay()
+
+    return triton.testing.do_bench(replay, warmup=5, rep=40, return_mode="median") * 1e3 - us_flush
+
+
 def estimator_calls(r, v, term, boot, time_dim) -> dict[str, tuple[tuple, dict]]:
     """Every estimator's (args, kwargs) on rewards ``r``, values ``v``, terminated flags and a
     bootstrap value (or initial state), laid out along ``time_dim``."""
@@ -105,11 +119,6 @@ def main():
     args = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
-
-    def replay(graph):
-        flush.zero_()
-        graph.replay()
-
     real_plan = triton_backend._plan
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes]
     for (T, N), layout in itertools.product(shapes, args.layouts):
@@ -123,7 +132,8 @@ def main():
         want = float64_call(args.estimator, fn_args, fn_kw, int(batch_major))
         call = functools.partial(getattr(rtc, args.estimator), *fn_args, **fn_kw,
                                  time_dim=int(batch_major), backend="triton")  # fmt: skip
-        ms_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median")
+        us_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median")
+        us_flush *= 1e3
         default = []  # the plan the code chooses, as its first candidate's call records it
 
         def spy(*plan_args, default=default):
@@ -156,21 +166,14 @@ def main():
             _replay._PLANS.clear()
             try:
                 err = max_rel_err(call(), want)  # (fresh outputs: nothing left to poison)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    call()
-                ms = triton.testing.do_bench(
-                    functools.partial(replay, g), warmup=5, rep=40, return_mode="median"
-                )
+                us = graph_us(call, flush, us_flush)
                 label = "default " + str(tuple(default[0])) if cand is None else str(cand)
                 if args.check_all:
                     label += " all estimators " + check_all(
                         r, v, term, boot, int(batch_major), args.estimator
                     )
-                results.append((ms - ms_flush, label, err))
-                print(
-                    f"     {(ms - ms_flush) * 1e3:8.1f} us  [{T}x{N} {layout}] {label}", flush=True
-                )
+                results.append((us, label, err))
+                print(f"     {us:8.1f} us  [{T}x{N} {layout}] {label}", flush=True)
             except Exception as e:  # a sweep skips configs that do not compile
                 print("   skip", cand, type(e).__name__, str(e)[:100])
         triton_backend._plan = real_plan
@@ -179,8 +182,8 @@ def main():
         print(f"[T={T}, N={N}] {layout} floor {floor_us:.1f} us "
               "(block_t, block_n, unroll, warps, split)")  # fmt: skip
         for us, label, err in [*results[:6], *[x for x in results if "default" in x[1]]]:
-            print(f"   {us * 1e3:8.1f} us  {label}  err={err:.1e}")
-        print(f"   worst {results[-1][0] * 1e3:.1f} us of {len(results)}", flush=True)
+            print(f"   {us:8.1f} us  {label}  err={err:.1e}")
+        print(f"   worst {results[-1][0]:.1f} us of {len(results)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ For each shape and estimator three configurations, each checked against the floa
 backend: ``default`` (gamma 0.99, lambda 0.95: float32 accumulation), ``long`` (gamma 0.9995,
 lambda 1 where the estimator takes one: float64 accumulation past T = 128) and ``long-f32``
 (the same coefficients with float64 accumulation forced off). Prints the accumulation dtype
-(``*``: a resident plan), CUDA-graph replay time with L2 flushed (us, do_bench median), full
-call host time for small shapes (best of 3 x 200 back-to-back calls) and the max relative
-error. Results: sweep 20 in results/sweep_tiles_h200.txt.
+(``*``: a resident plan), CUDA-graph replay time with L2 flushed (us, do_bench median:
+``sweep_tiles.graph_us``), full call host time for small shapes (best of 3 x 200 back-to-back
+calls: ``launch_overhead.per_call``) and the max relative error. Results: sweep 20 in
+results/sweep_tiles_h200.txt.
 
     python benchmarks/wide_accumulation.py
 """
@@ -15,13 +16,13 @@ error. Results: sweep 20 in results/sweep_tiles_h200.txt.
 from __future__ import annotations
 
 import functools
-import time
 
 import torch
 import triton
 import triton.testing
 from baselines import max_rel_err
-from sweep_tiles import estimator_calls, float64_call
+from launch_overhead import per_call
+from sweep_tiles import estimator_calls, float64_call, graph_us
 
 import rl_triton_core as rtc
 from rl_triton_core import _replay
@@ -37,33 +38,6 @@ CASES = [
     ((1048576, 1), 0, ["gae", "vtrace"]),
     ((128, 4096), 0, ["gae", "discounted_returns", "vtrace"]),
 ]
-
-
-def graph_us(call, flush, us_flush: float) -> float:
-    """CUDA-graph replay of ``call`` with L2 flushed before each, minus the flush (us)."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-
-    def replay():
-        flush.zero_()
-        graph.replay()
-
-    return triton.testing.do_bench(replay, warmup=5, rep=40, return_mode="median") * 1e3 - us_flush
-
-
-def full_call_us(call) -> float:
-    """Best of 3 x 200 back-to-back calls and one synchronisation (us a call)."""
-    call()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            call()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / 200)
-    return best * 1e6
 
 
 def main() -> None:
@@ -94,7 +68,7 @@ def main() -> None:
                 launch = next(iter(tb._LAUNCHES.values()))
                 acc = "f64" if launch.meta["ACC"] == triton.language.float64 else "f32"
                 acc += "*" if launch.plan.resident else ""
-                host = f" full {full_call_us(call):.1f}" if T * N <= 1 << 19 else ""
+                host = f" full {per_call(call, k=200):.1f}" if T * N <= 1 << 19 else ""
                 us = graph_us(call, flush, us_flush)
                 res.append(f"{name} {acc} {us:.1f}{host} err {err:.1e}")
             tb.accumulates_in_float64 = real
