@@ -56,7 +56,7 @@ def captured_launch(name: str, T: int, N: int, batch_major: bool, plan: str | No
     if plan is not None:
         bt, bn, warps, *fields = plan.split(":")
         extra = {k: int(v) for k, v in (f.split("=") for f in fields)}
-        patches["_plan"] = lambda kind, T_, N_, tm, device: triton_backend.Plan(
+        patches["_plan"] = lambda kind, T_, N_, tm, device, **_: triton_backend.Plan(
             int(bt), int(bn), 1, T_, 1, int(warps), **extra
         )
     saved = {k: getattr(triton_backend, k) for k in patches}

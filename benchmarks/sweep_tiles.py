@@ -136,8 +136,8 @@ def main():
         us_flush *= 1e3
         default = []  # the plan the code chooses, as its first candidate's call records it
 
-        def spy(*plan_args, default=default):
-            default.append(real_plan(*plan_args))
+        def spy(*plan_args, default=default, **plan_kw):
+            default.append(real_plan(*plan_args, **plan_kw))
             return default[-1]
 
         results = []
@@ -154,7 +154,7 @@ def main():
                 bt, bn, unroll, warps, split, *fields = cand
 
                 def plan(kind, T_, N_, tm, device, bt=bt, bn=bn, unroll=unroll, warps=warps,
-                         split=split, fields=tuple(fields)):  # fmt: skip
+                         split=split, fields=tuple(fields), **_):  # fmt: skip
                     extra = dict(fields)
                     step, segs = bt * unroll, extra.get("segs", 1)
                     chunk = triton.cdiv(triton.cdiv(T_, split * segs), step) * step

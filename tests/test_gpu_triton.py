@@ -140,6 +140,7 @@ def _run_all(d, time_dim, backend, out_like=None, long_horizon=False):
     res["scan"] = rtc.linear_scan(
         d["values"].sigmoid(), d["rewards"], reverse=True, out=poisoned(), **kw
     )
+    res["scan_forward"] = rtc.linear_scan(d["values"].sigmoid(), d["rewards"], out=poisoned(), **kw)
     return res
 
 
@@ -162,7 +163,11 @@ LAYOUTS = {
 # by fours (256-step tiles at N = 1100, 128-step tiles of two warps at N = 1024); (120, 1500):
 # time-major, one 128-step tile a program (a partial one), masked columns; (200_003, 2) and
 # (262_144, 4): time-major, resident (one cooperative launch) for GAE, TD(lambda), discounted
-# returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too
+# returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too;
+# (64, 65_536) and (32, 16_400): time-major, a warp per 32 columns, prefetching (V-trace
+# included; masked columns at N = 16400), at N = 65536 for float32 traces and the forward scan
+# a warp per 128 columns in 8-row tiles, batch-major V-trace in (64, 4) tiles; (120, 1500) and
+# (300, 1100): batch-major V-trace, a program per sequence
 SHAPES = [
     (1, 4096),
     (100, 1000),
@@ -173,6 +178,7 @@ SHAPES = [
     (131_072, 16),
     (65_536, 3),
     (64, 65_536),
+    (32, 16_400),
     (16_384, 100),
     (300, 1100),
     (2048, 1024),
@@ -209,7 +215,8 @@ def test_long_horizon_float32_large_shapes(T, N):
     out_like = torch.empty((T, N), dtype=torch.float32, device=CUDA)
     got = _run_all(d, 0, "triton", out_like=out_like, long_horizon=True)
     want = _run_all(_f64(d), 0, "torch", long_horizon=True)
-    got.pop("scan"), want.pop("scan")  # (its a is a tensor: float32 accumulation)
+    for scan in ("scan", "scan_forward"):  # (their a is a tensor: float32 accumulation)
+        got.pop(scan), want.pop(scan)
     for name, g in got.items():
         for i, (gi, wi) in enumerate(zip(as_tuple(g), as_tuple(want[name]), strict=True)):
             scale = wi.abs().max().clamp_min(1.0)

@@ -115,13 +115,19 @@ class Plan(NamedTuple):
 # (sweep 11: faster there for these three, slower for the estimators that read more inputs).
 _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value)
 # Estimators whose plans prefetch (sweep 12): time-major with a warp per 32 columns
-# 0.92-0.98x the time (Retrace 1.0x), few long sequences (8 x 16 tiles) 0.78x for V-trace and
-# 0.95x for GAE (GAE's values tile is carried for its returns), batch-major one-sequence
-# programs 0.90x for eligibility traces / episodic sums; elsewhere 0.98-1.7x, no gain beyond
-# noise.
+# 0.92-0.98x the time (Retrace 1.0x; V-trace, in that plan since sweep 22, 0.65x at
+# [1024, 65536]), few long sequences (8 x 16 tiles) 0.78x for V-trace and 0.95x for GAE (GAE's
+# values tile is carried for its returns), batch-major one-sequence programs 0.90x for
+# eligibility traces / episodic sums; elsewhere 0.98-1.7x, no gain beyond noise.
 _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
-                  kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
+                  kernels.VTRACE.value, kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
+# Estimators whose forward scans of float32 values run time-major tiles of 8 rows and 128
+# columns from N = 65536, each thread holding 8 rows of 4 columns (the scan in its registers,
+# 16-byte accesses; a warp per 128 columns), prefetching (sweep 22: 0.86-0.91x the time of
+# the 4 x 32 tiles at [64 .. 1024, 65536], 0.96-0.98x at T = 16; reverse scans 1.03-1.05x
+# and bfloat16 values 1.10x, a bfloat16 tile of 128 columns spanning two rows of lanes).
+_IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
 # Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
 # Retrace measured 0.98-1.27x the time of the plans they keep).
 _RESIDENT_FEW = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
@@ -160,8 +166,11 @@ def _resident_plan(kind: int, T: int, N: int, time_major: bool, sms: int) -> Pla
     return Plan(block_t, N, 1, block_t, n_chunks, warps, resident=True)
 
 
-def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> Plan:
+def _plan(
+    kind: int, T: int, N: int, time_major: bool, device: torch.device, forward32: bool = False
+) -> Plan:
     """Tile orientation from the layout; split time when there are too few sequences.
+    ``forward32``: a forward scan of 4-byte values with float32 arithmetic.
 
     The shapes come from sweeps of GAE on an H200 (benchmarks/sweep_tiles.py, results in
     benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
@@ -195,11 +204,16 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
         resident = _resident_plan(kind, T, N, time_major, sms) if resident_ok else None
         if resident is not None:
             return resident
-        wide = time_major and N > 16 and not vtrace
+        # V-trace's wide plans: from N = 65536, and at N >= 16384 up to T = 32 (sweep 22:
+        # 0.53-0.78x the time of its row-walking plan below; 1.3-1.5x at N = 32768 from T = 256)
+        wide = time_major and N > 16 and (not vtrace or N >= 65536 or (N >= 16384 and T <= 32))
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
-        if wide and (N >= 65536 or (N >= 16384 and T < 256)):  # a warp per 32 columns, 4-step
+        if wide and N >= 65536 and forward32 and kind in _IN_THREAD_ROWS:  # a warp per 128
+            # columns, each thread holding 8 rows of 4 (sweep 22), no split
+            block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
+        elif wide and (N >= 65536 or (N >= 16384 and T < 256)):  # a warp per 32 columns, 4-step
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms  # tiles, no split
             prefetch = kind in _PREFETCH_WIDE
         elif time_major and N >= 256 and T >= long_enough and (N < 16384 or not vtrace):
@@ -209,8 +223,8 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             block_t, block_n, unroll, warps, target, one_wave = 4, 64, 1, 1, 32 * sms, True
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
-        elif time_major and N >= 16384:  # V-trace: each thread walks its own column row by
-            block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # row
+        elif time_major and N >= 16384 and T >= 256:  # V-trace: each thread walks its own
+            block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # column row by row
         elif time_major and N <= 16 and T >= 8192:
             # few long sequences: one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
             # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
@@ -235,11 +249,15 @@ def _plan(kind: int, T: int, N: int, time_major: bool, device: torch.device) -> 
             # of two 64-step tiles at [128, 4096] (sweep 18: T = 128 only; V-trace not timed)
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
-        elif kind == kernels.VTRACE.value and N > 1:  # its vs_{t+1} shuffle is cheap in short
-            # tiles (one sequence: 3 of their 4 columns would be padding)
+        elif vtrace and N > 1 and (N < 8 * sms or T <= 64):  # its vs_{t+1} shuffle is cheap
+            # in short tiles (one sequence: 3 of their 4 columns would be padding). Sweep 22,
+            # N >= 8 x SMs: to T = 64 these tiles take 0.81-0.87x the time of a program per
+            # sequence (below), from T = 128 that takes 0.80-0.99x theirs
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         elif N >= 8 * sms:  # time is contiguous: a parallel scan along it, one sequence per
-            block_t, block_n, unroll, warps, target = (128 if T <= 128 else 256), 1, 1, 1, 0
+            # program (a warp); V-trace in 128-step tiles (0.96-0.99x of 256 from T = 256)
+            block_t = 128 if T <= 128 or vtrace else 256
+            block_n, unroll, warps, target = 1, 1, 1, 0
             prefetch = kind == kernels.TRACES.value
         else:  # program (a warp); with few sequences, wider programs split along time
             block_t, warps = (128, 2) if T <= 2048 else (512, 4)
@@ -357,7 +375,11 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     # Tiles run along the contiguous axis: time-major tiles when sequences are adjacent in
     # memory, a scan along time when time is (batch-major layouts; a single sequence).
     time_major = N > 1 and (abs(s_t) >= abs(s_n) if s_n else True)
-    plan = _plan(kind, T, N, time_major, out0.device)
+    steps = [*x, *(c for c in coefs if _per_step(c))]  # (what the tiles load, flags aside)
+    forward32 = not (reverse or acc64) and all(
+        v.element_size() == 4 for v in steps if v is not None
+    )
+    plan = _plan(kind, T, N, time_major, out0.device, forward32=forward32)
     cols = plan.cols
     strides = (s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n)
     # The largest element offset any load or store can form (t + 1 steps, all sequences).
