@@ -125,8 +125,9 @@ _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
 # Estimators whose forward scans of float32 values run time-major tiles of 8 rows and 128
 # columns from N = 65536, each thread holding 8 rows of 4 columns (the scan in its registers,
 # 16-byte accesses; a warp per 128 columns), prefetching (sweep 22: 0.86-0.91x the time of
-# the 4 x 32 tiles at [64 .. 1024, 65536], 0.96-0.98x at T = 16; reverse scans 1.03-1.05x
-# and bfloat16 values 1.10x, a bfloat16 tile of 128 columns spanning two rows of lanes).
+# the 4 x 32 tiles at [64 .. 1024, 65536], 0.93-1.00x at T = 16; reverse scans 1.02-1.05x;
+# bfloat16 traces 1.10x, a bfloat16 tile of 128 columns spanning two rows of lanes, though
+# the bfloat16 forward scan measured 0.94x: one rule, by element size).
 _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
 # Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
 # Retrace measured 0.98-1.27x the time of the plans they keep).
@@ -204,8 +205,9 @@ def _plan(
         resident = _resident_plan(kind, T, N, time_major, sms) if resident_ok else None
         if resident is not None:
             return resident
-        # V-trace's wide plans: from N = 65536, and at N >= 16384 up to T = 32 (sweep 22:
-        # 0.53-0.78x the time of its row-walking plan below; 1.3-1.5x at N = 32768 from T = 256)
+        # V-trace's wide plans: from N = 65536, and at N >= 16384 up to T = 32 (sweep 22, timed
+        # to T = 1024: 0.52-0.80x the time of its row-walking plan below in float32, 0.96x in
+        # bfloat16; 1.3-1.6x at N = 16384 and 32768 from T = 256)
         wide = time_major and N > 16 and (not vtrace or N >= 65536 or (N >= 16384 and T <= 32))
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
@@ -246,16 +248,18 @@ def _plan(
         elif time_major and N < 1024:
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major:  # 65-128 steps: one 128-step tile a program, 0.86-1.01x the time
-            # of two 64-step tiles at [128, 4096] (sweep 18: T = 128 only; V-trace not timed)
+            # of two 64-step tiles at [128, 4096] (sweep 18: T = 128 only), but for V-trace
+            # (1.36x at [128, 16384], sweep 22; its 64-step tiles take 0.58-0.80x the time of its
+            # row-walking plan at [64, 16384] and [128, 16384])
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
         elif vtrace and N > 1 and (N < 8 * sms or T <= 64):  # its vs_{t+1} shuffle is cheap
             # in short tiles (one sequence: 3 of their 4 columns would be padding). Sweep 22,
-            # N >= 8 x SMs: to T = 64 these tiles take 0.81-0.87x the time of a program per
-            # sequence (below), from T = 128 that takes 0.80-0.99x theirs
+            # N >= 8 x SMs: to T = 64 these tiles take 0.81-0.88x the time of a program per
+            # sequence (below); that takes 0.78-0.98x theirs from T = 128 (T of 65-127 not timed)
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         elif N >= 8 * sms:  # time is contiguous: a parallel scan along it, one sequence per
-            # program (a warp); V-trace in 128-step tiles (0.96-0.99x of 256 from T = 256)
+            # program (a warp); V-trace in 128-step tiles (0.95-0.99x of 256 from T = 256)
             block_t = 128 if T <= 128 or vtrace else 256
             block_n, unroll, warps, target = 1, 1, 1, 0
             prefetch = kind == kernels.TRACES.value
