@@ -12,12 +12,13 @@ the plan, registers, stack and the body's SASS instructions per element a thread
 (``block_t * block_n / (32 * warps)``); ``--mix`` adds the opcodes per element. A tile sweep
 on the GPU (``sweep_tiles.py``) says what is fast; this says what the instructions are, offline.
 
-    python benchmarks/sass_count.py [--mix] [--phase scan|totals]
+    python benchmarks/sass_count.py [--mix] [--phase scan|totals] [--forward-scan]
         [--plan BT:BN:WARPS[:FIELD=VALUE ...]] ESTIMATOR:T:N[:bm] ...
 
 ESTIMATOR: gae, lambda_returns, discounted_returns, vtrace, retrace, eligibility_traces,
 linear_scan; float32 inputs, terminated flags as bool, a bootstrap value where the estimator
-takes one (``sweep_tiles.estimator_calls``); time-major ``[T, N]`` unless ``bm``. ``--phase``
+takes one (``sweep_tiles.estimator_calls``; ``linear_scan`` reverse unless ``--forward-scan``);
+time-major ``[T, N]`` unless ``bm``. ``--phase``
 picks the pass of a split plan (an unsplit plan has only the scan; a resident plan is one launch
 without a tile loop, compiled once and counted whole). ``--plan`` replaces the tile (unsplit;
 prefetch off; other ``Plan`` fields by name, e.g. ``segs=2``).
@@ -48,7 +49,9 @@ TARGET = GPUTarget("cuda", 90, 32)
 _BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 
-def captured_launch(name: str, T: int, N: int, batch_major: bool, plan: str | None):
+def captured_launch(
+    name: str, T: int, N: int, batch_major: bool, plan: str | None, reverse_scan: bool = True
+):
     """The (launch description, call arguments) the Triton launcher would start."""
     captured = []
     patches = dict(start=lambda launch, args: captured.append((launch, args)))
@@ -73,6 +76,7 @@ def captured_launch(name: str, T: int, N: int, batch_major: bool, plan: str | No
             torch.rand(shape) < 0.05,
             torch.randn(N),
             int(batch_major),
+            reverse_scan,
         )
         args, kwargs = calls[name]
         getattr(rtc, name)(*args, **kwargs, time_dim=int(batch_major), backend="triton")
@@ -124,11 +128,14 @@ def main():
     ap.add_argument("--mix", action="store_true", help="opcodes per element too")
     ap.add_argument("--phase", choices=("scan", "totals"), default="scan")
     ap.add_argument("--plan", help="BT:BN:WARPS[:FIELD=VALUE ...], an unsplit tile instead")
+    ap.add_argument("--forward-scan", action="store_true", help="linear_scan forward, not reverse")
     args = ap.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # (the GPU machine's Triton fuses)
     for spec in args.specs:
         name, T, N, *layout = spec.split(":")
-        launch, call_args = captured_launch(name, int(T), int(N), layout == ["bm"], args.plan)
+        launch, call_args = captured_launch(
+            name, int(T), int(N), layout == ["bm"], args.plan, not args.forward_scan
+        )
         p = launch.plan
         split = p.n_chunks > 1 and not p.resident  # (a resident plan: one launch, no phases)
         phase = triton_backend._Phase(WRITE_TOTALS=split and args.phase == "totals",

@@ -6,13 +6,14 @@ replay, L2 flushed by a large write before each replay), for each candidate; che
 against the float64 torch backend; prints the best per shape and layout.
 
     python benchmarks/sweep_tiles.py [--shapes 128x4096 131072x16] [--layouts tm bm]
-        [--estimator vtrace] [--candidates 32x128x1x4x1 ...] [--check-all]
+        [--estimator vtrace] [--forward-scan] [--candidates 32x128x1x4x1 ...] [--check-all]
 
 ``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split, then
 other ``Plan`` fields by name, e.g. ``8x64x1x1x16:segs=4``; with no values, only the default
 plan runs);
 ``--check-all`` also runs every other estimator at each candidate against the float64 torch
-backend (a tile shape must compile and be right for all of them, not only the timed one).
+backend (a tile shape must compile and be right for all of them, not only the timed one);
+``--forward-scan`` runs ``linear_scan`` forward (reverse by default).
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ def graph_us(call, flush, us_flush: float) -> float:
     return triton.testing.do_bench(replay, warmup=5, rep=40, return_mode="median") * 1e3 - us_flush
 
 
-def estimator_calls(r, v, term, boot, time_dim) -> dict[str, tuple[tuple, dict]]:
+def estimator_calls(r, v, term, boot, time_dim, reverse_scan=True) -> dict[str, tuple[tuple, dict]]:
     """Every estimator's (args, kwargs) on rewards ``r``, values ``v``, terminated flags and a
-    bootstrap value (or initial state), laid out along ``time_dim``."""
+    bootstrap value (or initial state), laid out along ``time_dim``; ``linear_scan`` runs
+    backward unless ``reverse_scan`` is false."""
     lp = -r.abs()
     return dict(
         gae=((r, v, term), dict(bootstrap_value=boot)),
@@ -82,7 +84,7 @@ def estimator_calls(r, v, term, boot, time_dim) -> dict[str, tuple[tuple, dict]]
         retrace=((r, v, v.roll(1, time_dim), lp, -v.abs(), term), {}),
         eligibility_traces=((r, term), dict(initial=boot)),
         episodic_cumsum=((r, term), dict(initial=boot)),
-        linear_scan=((v.sigmoid(), r), dict(initial=boot, reverse=True)),
+        linear_scan=((v.sigmoid(), r), dict(initial=boot, reverse=reverse_scan)),
     )
 
 
@@ -96,11 +98,11 @@ def float64_call(fn, args, kw, time_dim):
                             time_dim=time_dim, backend="torch")  # fmt: skip
 
 
-def check_all(r, v, term, boot, time_dim, timed: str) -> str:
+def check_all(r, v, term, boot, time_dim, timed: str, reverse_scan=True) -> str:
     """Every estimator but the timed one at the current plan against the torch backend in
     float64."""
     worst = 0.0
-    calls = estimator_calls(r, v, term, boot, time_dim)
+    calls = estimator_calls(r, v, term, boot, time_dim, reverse_scan)
     del calls[timed]
     for fn, (args, kw) in calls.items():
         got = getattr(rtc, fn)(*args, **kw, time_dim=time_dim, backend="triton")
@@ -116,6 +118,7 @@ def main():
     ap.add_argument("--candidates", nargs="*", help="BTxBNxUNROLLxWARPSxSPLIT[:FIELD=V ...]")
     ap.add_argument("--check-all", action="store_true", help="every estimator per candidate")
     ap.add_argument("--estimator", default="gae", choices=ESTIMATORS, help="the one timed")
+    ap.add_argument("--forward-scan", action="store_true", help="linear_scan forward, not reverse")
     args = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
@@ -128,7 +131,9 @@ def main():
         v = torch.randn(shape, device=dev)
         term = torch.rand(shape, device=dev) < 0.05
         boot = torch.randn(N, device=dev)
-        fn_args, fn_kw = estimator_calls(r, v, term, boot, int(batch_major))[args.estimator]
+        reverse_scan = not args.forward_scan
+        calls = estimator_calls(r, v, term, boot, int(batch_major), reverse_scan)
+        fn_args, fn_kw = calls[args.estimator]
         want = float64_call(args.estimator, fn_args, fn_kw, int(batch_major))
         call = functools.partial(getattr(rtc, args.estimator), *fn_args, **fn_kw,
                                  time_dim=int(batch_major), backend="triton")  # fmt: skip
@@ -170,7 +175,7 @@ def main():
                 label = "default " + str(tuple(default[0])) if cand is None else str(cand)
                 if args.check_all:
                     label += " all estimators " + check_all(
-                        r, v, term, boot, int(batch_major), args.estimator
+                        r, v, term, boot, int(batch_major), args.estimator, reverse_scan
                     )
                 results.append((us, label, err))
                 print(f"     {us:8.1f} us  [{T}x{N} {layout}] {label}", flush=True)
