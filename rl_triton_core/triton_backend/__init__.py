@@ -125,9 +125,10 @@ _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
 # Estimators whose forward scans of float32 values run time-major tiles of 8 rows and 128
 # columns from N = 65536, each thread holding 8 rows of 4 columns (the scan in its registers,
 # 16-byte accesses; a warp per 128 columns), prefetching (sweep 22: 0.86-0.91x the time of
-# the 4 x 32 tiles at [64 .. 1024, 65536], 0.93-1.00x at T = 16; reverse scans 1.02-1.05x;
-# bfloat16 traces 1.10x, a bfloat16 tile of 128 columns spanning two rows of lanes, though
-# the bfloat16 forward scan measured 0.94x: one rule, by element size).
+# the 4 x 32 tiles at [64 .. 1024, 65536], 0.93-1.00x at T = 16; the reverse scan 1.03-1.05x
+# and discounted returns 1.19x at N = 65536; bfloat16 traces 1.10x, a bfloat16 tile of 128
+# columns spanning two rows of lanes, though the bfloat16 forward scan measured 0.94x: one
+# rule, by element size).
 _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
 # Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
 # Retrace measured 0.98-1.27x the time of the plans they keep).
