@@ -165,10 +165,12 @@ LAYOUTS = {
 # time-major, one 128-step tile a program (a partial one), masked columns; (200_003, 2) and
 # (262_144, 4): time-major, resident (one cooperative launch) for GAE, TD(lambda), discounted
 # returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too;
-# (64, 65_536), (70, 65_600) and (32, 16_400): time-major, a warp per 32 columns (prefetching
-# but for Retrace; V-trace included; masked columns at N = 65600 and 16400), at N >= 65536 for
-# float32 traces and the forward scan a warp per 128 columns in 8-row tiles (a partial tile
-# and a partial warp of columns at (70, 65_600)), batch-major V-trace in (64, 4) tiles;
+# (64, 65_536), (70, 65_544) and (32, 16_392): time-major one-warp tiles, unsplit: 4 x 32
+# (prefetching but for Retrace) for V-trace and Retrace from N = 65536, Retrace at N = 16392
+# and GAE with 2- and 8-byte values; 8 x 16 with prefetch for the others (masked columns at N
+# = 65544 and 16392, partial tiles at T = 70); at N >= 65536 float32 traces and the forward
+# scan in a warp per 128 columns of 8-row tiles (a partial tile and a partial warp of columns
+# at (70, 65_544)); batch-major V-trace in (64, 4) tiles;
 # (300, 16_400): time-major V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
 # (300, 1100): batch-major V-trace, a program per sequence
 SHAPES = [
@@ -181,8 +183,8 @@ SHAPES = [
     (131_072, 16),
     (65_536, 3),
     (64, 65_536),
-    (70, 65_600),
-    (32, 16_400),
+    (70, 65_544),
+    (32, 16_392),
     (300, 16_400),
     (16_384, 100),
     (300, 1100),

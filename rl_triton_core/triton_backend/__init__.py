@@ -69,6 +69,11 @@ def _per_step(c) -> bool:
     return isinstance(c, Tensor) and _collapse(c) != (0, 0)
 
 
+def _step_coefs(coefs) -> list:
+    """The per-step coefficient tensors among ``coefs``, None in place of the others."""
+    return [c if _per_step(c) else None for c in coefs]
+
+
 def _coef_mode(c) -> int:
     """How the kernel reads coefficient ``c`` (``kernels.COEF_SCALAR``, ...)."""
     if not isinstance(c, Tensor):
@@ -130,6 +135,14 @@ _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
 # columns spanning two rows of lanes, though the bfloat16 forward scan measured 0.94x: one
 # rule, by element size).
 _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
+# Estimators whose wide time-major plans (below) run one-warp tiles of 8 rows and 16 columns,
+# prefetching, in place of a warp per 32 columns in 4-row tiles, from N = 65536 and T = 64
+# (sweep 23: 0.79-0.97x the time at T = 64 .. 1024; TD(lambda) 1.02x at T = 64; 0.95-1.09x
+# at T = 16 and 32), GAE only with 4-byte values (bfloat16 1.03-1.04x); V-trace (1.19-1.36x)
+# and Retrace (1.09-1.16x) keep 4 x 32. At 16384 <= N < 65536 (T < 256) every estimator but
+# Retrace (1.08-1.11x) runs them: 0.54-0.95x the time, TD(lambda) 1.01x at [16, 16384].
+_ONE_WARP_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
+                  kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 # Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
 # Retrace measured 0.98-1.27x the time of the plans they keep).
 _RESIDENT_FEW = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
@@ -169,10 +182,18 @@ def _resident_plan(kind: int, T: int, N: int, time_major: bool, sms: int) -> Pla
 
 
 def _plan(
-    kind: int, T: int, N: int, time_major: bool, device: torch.device, forward32: bool = False
+    kind: int,
+    T: int,
+    N: int,
+    time_major: bool,
+    device: torch.device,
+    *,
+    reverse: bool = True,
+    four_byte: bool = False,
 ) -> Plan:
     """Tile orientation from the layout; split time when there are too few sequences.
-    ``forward32``: a forward scan of 4-byte values with float32 arithmetic.
+    ``reverse``: a backward scan; ``four_byte``: every value and per-step coefficient tensor
+    4-byte, with float32 arithmetic.
 
     The shapes come from sweeps of GAE on an H200 (benchmarks/sweep_tiles.py, results in
     benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
@@ -206,19 +227,24 @@ def _plan(
         resident = _resident_plan(kind, T, N, time_major, sms) if resident_ok else None
         if resident is not None:
             return resident
-        # V-trace's wide plans: from N = 65536, and at N >= 16384 up to T = 32 (sweep 22, timed
-        # to T = 1024: 0.52-0.80x the time of its row-walking plan below in float32, 0.96x in
-        # bfloat16; 1.3-1.6x at N = 16384 and 32768 from T = 256)
-        wide = time_major and N > 16 and (not vtrace or N >= 65536 or (N >= 16384 and T <= 32))
+        # V-trace's wide plans: from N = 65536 (sweep 22, timed to T = 1024: 0.52-0.80x the time
+        # of its row-walking plan below in float32, 0.96x in bfloat16; 1.3-1.6x at N = 16384
+        # and 32768 from T = 256), and at N >= 16384 below T = 256 (sweep 23: 0.54-0.86x the
+        # time of its plans before, the row walk up to T = 32 and 64-step tiles above)
+        wide = time_major and N > 16 and (not vtrace or N >= 65536 or (N >= 16384 and T < 256))
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
-        if wide and N >= 65536 and forward32 and kind in _IN_THREAD_ROWS:  # a warp per 128
-            # columns, each thread holding 8 rows of 4 (sweep 22), no split
+        if wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
+            # a warp per 128 columns, each thread holding 8 rows of 4 (sweep 22), no split
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
-        elif wide and (N >= 65536 or (N >= 16384 and T < 256)):  # a warp per 32 columns, 4-step
-            block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 2 * sms  # tiles, no split
-            prefetch = kind in _PREFETCH_WIDE
+        elif wide and (N >= 65536 or (N >= 16384 and T < 256)):  # one-warp tiles, no split:
+            block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
+            prefetch = kind in _PREFETCH_WIDE  # or 8 x 16 tiles (see _ONE_WARP_WIDE)
+            if (kind != kernels.RETRACE.value and N < 65536) or (
+                T >= 64 and kind in _ONE_WARP_WIDE and (four_byte or kind != kernels.GAE.value)
+            ):
+                block_t, block_n, prefetch = 8, 16, True
         elif time_major and N >= 256 and T >= long_enough and (N < 16384 or not vtrace):
             # a warp per 64 columns in 4-step tiles (two rows of 4 columns a thread), split
             # along time into as many programs as the GPU runs at once (32 one-warp programs an
@@ -250,8 +276,7 @@ def _plan(
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major:  # 65-128 steps: one 128-step tile a program, 0.86-1.01x the time
             # of two 64-step tiles at [128, 4096] (sweep 18: T = 128 only), but for V-trace
-            # (1.36x at [128, 16384], sweep 22; its 64-step tiles take 0.58-0.80x the time of its
-            # row-walking plan at [64, 16384] and [128, 16384])
+            # (1.36x at [128, 16384], sweep 22)
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
         elif vtrace and N > 1 and (N < 8 * sms or T <= 64):  # its vs_{t+1} shuffle is cheap
@@ -372,7 +397,8 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     T, N = out0.shape[0], math.prod(out0.shape[1:])
     acc = tl.float64 if acc64 else tl.float32
     (s_t, s_n), (f_t, f_n) = _shared_strides(x)[1], _shared_strides(flags)[1]
-    k_t, k_n = _shared_strides([c if _per_step(c) else None for c in coefs])[1]
+    steps = _step_coefs(coefs)
+    k_t, k_n = _shared_strides(steps)[1]
     g_t, l_t, k0_t, k1_t, k2_t = map(_coef_mode, coefs)
     b_n = _boundary_stride(boot)[1]
     (o0_t, o0_n) = _collapse(out0)
@@ -380,11 +406,8 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     # Tiles run along the contiguous axis: time-major tiles when sequences are adjacent in
     # memory, a scan along time when time is (batch-major layouts; a single sequence).
     time_major = N > 1 and (abs(s_t) >= abs(s_n) if s_n else True)
-    steps = [*x, *(c for c in coefs if _per_step(c))]  # (what the tiles load, flags aside)
-    forward32 = not (reverse or acc64) and all(
-        v.element_size() == 4 for v in steps if v is not None
-    )
-    plan = _plan(kind, T, N, time_major, out0.device, forward32=forward32)
+    four_byte = not acc64 and all(v.element_size() == 4 for v in (*x, *steps) if v is not None)
+    plan = _plan(kind, T, N, time_major, out0.device, reverse=reverse, four_byte=four_byte)
     cols = plan.cols
     strides = (s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n)
     # The largest element offset any load or store can form (t + 1 steps, all sequences).
@@ -462,7 +485,7 @@ def _needs_copies(x, flags, coefs, boot, outs) -> bool:
     tensor_coefs = [c for c in coefs if isinstance(c, Tensor)]
     if any(t is not None and t.is_neg() for t in (*x, *tensor_coefs, boot, *outs)):
         return True
-    if any(_group_pair(group) is None for group in (x, flags, filter(_per_step, coefs))):
+    if any(_group_pair(group) is None for group in (x, flags, _step_coefs(coefs))):
         return True
     return (boot is not None and _collapse(boot.unsqueeze(0)) is None) or any(
         o is not None and _collapse(o) is None for o in outs
@@ -534,7 +557,7 @@ def _launch(
             x = [None if t is None else t.resolve_neg() for t in x]
             x, flags = _shared_strides(x)[0], _shared_strides(list(flags))[0]
             coefs = [c.resolve_neg() if isinstance(c, Tensor) else c for c in coefs]
-            steps = _shared_strides([c if _per_step(c) else None for c in coefs])[0]
+            steps = _shared_strides(_step_coefs(coefs))[0]
             coefs = [c if t is None else t for c, t in zip(coefs, steps, strict=True)]
             boot = _boundary_stride(None if boot is None else boot.resolve_neg())[0]
             outs = tuple(
