@@ -230,7 +230,7 @@ def _plan(
         # V-trace's wide plans: from N = 65536 (sweep 22, timed to T = 1024: 0.52-0.80x the time
         # of its row-walking plan below in float32, 0.96x in bfloat16; 1.3-1.6x at N = 16384
         # and 32768 from T = 256), and at N >= 16384 below T = 256 (sweep 23: 0.54-0.86x the
-        # time of its plans before, the row walk up to T = 32 and 64-step tiles above)
+        # time of its plans before: 4 x 32 tiles up to T = 32, 64-step tiles above)
         wide = time_major and N > 16 and (not vtrace or N >= 65536 or (N >= 16384 and T < 256))
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
