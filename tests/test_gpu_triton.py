@@ -171,10 +171,13 @@ LAYOUTS = {
 # = 65544 and 16392, partial tiles at T = 70); at N >= 65536 float32 traces and the forward
 # scan in a warp per 128 columns of 8-row tiles (a partial tile and a partial warp of columns
 # at (70, 65_544)); batch-major V-trace in (64, 4) tiles;
+# (20, 1100): time-major short rollouts in one-warp 16 x 8 tiles (a partial tile of 4 steps,
+# masked columns; Retrace in 64 x 16 tiles);
 # (300, 16_400): time-major V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
 # (300, 1100): batch-major V-trace, a program per sequence
 SHAPES = [
     (1, 4096),
+    (20, 1100),
     (100, 1000),
     (120, 1500),
     (4096, 3),

@@ -274,6 +274,12 @@ def _plan(
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
         elif time_major and N < 1024:
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
+        elif time_major and 1 < T <= (16 if kind == kernels.RETRACE.value else 32):
+            # short rollouts (1024 <= N < 16384): one-warp 16 x 8 tiles (sweep 23: the 64 x 16
+            # tiles of 8 warps below took 1.07-2.14x their time at T of 16-32 and N of 1024-8192;
+            # discounted returns 0.96x at [32, 4096]; Retrace 1.14-1.24x at T = 16 but
+            # 0.79-0.95x at T of 24-32; 0.85-0.89x at T = 1)
+            block_t, block_n, unroll, warps, target = 16, 8, 1, 1, 0
         elif time_major:  # 65-128 steps: one 128-step tile a program, 0.86-1.01x the time
             # of two 64-step tiles at [128, 4096] (sweep 18: T = 128 only), but for V-trace
             # (1.36x at [128, 16384], sweep 22)
