@@ -167,17 +167,21 @@ LAYOUTS = {
 # returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too;
 # (64, 65_536), (70, 65_544) and (32, 16_392): time-major one-warp tiles, unsplit: 4 x 32
 # (prefetching but for Retrace) for V-trace and Retrace from N = 65536, Retrace at N = 16392
-# and GAE with 2- and 8-byte values; 8 x 16 with prefetch for the others (masked columns at N
-# = 65544 and 16392, partial tiles at T = 70); at N >= 65536 float32 traces and the forward
-# scan in a warp per 128 columns of 8-row tiles (a partial tile and a partial warp of columns
-# at (70, 65_544)); batch-major V-trace in (64, 4) tiles;
-# (20, 1100): time-major short rollouts in one-warp 16 x 8 tiles (a partial tile of 4 steps,
-# masked columns; Retrace in 64 x 16 tiles);
+# and, from N = 65536, GAE with 2- and 8-byte values; 8 x 16 with prefetch for the others
+# (masked columns at N = 65544 and 16392, partial tiles at T = 70); at N >= 65536 float32
+# traces and the forward scan in a warp per 128 columns of 8-row tiles (a partial tile and a
+# partial warp of columns at (70, 65_544)); batch-major V-trace in (64, 4) tiles at T <= 64 (a
+# program per sequence at T = 70);
+# (20, 1100) and (12, 1100): time-major short rollouts in one-warp 16 x 8 tiles (partial tiles
+# of 4 and 12 steps, masked columns; Retrace in them at T = 12 only, in 64 x 16 tiles at T =
+# 20); (100, 16_392): V-trace and the others in 8 x 16 tiles with a partial last tile;
 # (300, 16_400): time-major V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
 # (300, 1100): batch-major V-trace, a program per sequence
 SHAPES = [
     (1, 4096),
     (20, 1100),
+    (12, 1100),
+    (100, 16_392),
     (100, 1000),
     (120, 1500),
     (4096, 3),

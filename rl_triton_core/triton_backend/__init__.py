@@ -140,7 +140,8 @@ _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
 # (sweep 23: 0.79-0.97x the time at T = 64 .. 1024; TD(lambda) 1.02x at T = 64; 0.95-1.09x
 # at T = 16 and 32), GAE only with 4-byte values (bfloat16 1.03-1.04x); V-trace (1.19-1.36x)
 # and Retrace (1.09-1.16x) keep 4 x 32. At 16384 <= N < 65536 (T < 256) every estimator but
-# Retrace (1.08-1.11x) runs them: 0.54-0.95x the time, TD(lambda) 1.01x at [16, 16384].
+# Retrace (1.08-1.11x; bfloat16 0.93x) runs them: 0.54-0.95x the time, TD(lambda) 1.01x at
+# [16, 16384]. (Ratios: best of two rounds each; see the sweep.)
 _ONE_WARP_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 # Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
