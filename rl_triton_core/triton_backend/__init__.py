@@ -228,18 +228,19 @@ def _plan(
         resident = _resident_plan(kind, T, N, time_major, sms) if resident_ok else None
         if resident is not None:
             return resident
-        # V-trace's wide plans: from N = 65536 (sweep 22, timed to T = 1024: 0.52-0.80x the time
-        # of its row-walking plan below in float32, 0.96x in bfloat16; 1.3-1.6x at N = 16384
-        # and 32768 from T = 256), and at N >= 16384 below T = 256 (sweep 23: 0.54-0.86x the
-        # time of its plans before: 4 x 32 tiles up to T = 32, 64-step tiles above)
-        wide = time_major and N > 16 and (not vtrace or N >= 65536 or (N >= 16384 and T < 256))
+        # Enough sequences for one-warp tiles without a split. V-trace's plans there (sweep 22,
+        # timed to T = 1024: 0.52-0.80x the time of its row-walking plan below in float32,
+        # 0.96x in bfloat16; 1.3-1.6x at N = 16384 and 32768 from T = 256, which keep it;
+        # sweep 23: 0.54-0.86x the time of its plans before at N >= 16384 below T = 256)
+        many = N >= 65536 or (N >= 16384 and T < 256)
+        wide = time_major and N > 16 and (not vtrace or many)
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
         if wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
             # a warp per 128 columns, each thread holding 8 rows of 4 (sweep 22), no split
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
-        elif wide and (N >= 65536 or (N >= 16384 and T < 256)):  # one-warp tiles, no split:
+        elif wide and many:  # one-warp tiles, no split:
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
             prefetch = kind in _PREFETCH_WIDE  # or 8 x 16 tiles (see _ONE_WARP_WIDE)
             if (kind != kernels.RETRACE.value and N < 65536) or (
@@ -253,8 +254,8 @@ def _plan(
             block_t, block_n, unroll, warps, target, one_wave = 4, 64, 1, 1, 32 * sms, True
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
-        elif time_major and N >= 16384 and T >= 256:  # V-trace: each thread walks its own
-            block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # column row by row
+        elif time_major and N >= 16384:  # V-trace, T >= 256 below N = 65536: each thread
+            block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # walks its column
         elif time_major and N <= 16 and T >= 8192:
             # few long sequences: one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
             # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
