@@ -120,6 +120,7 @@ def main():
     ap.add_argument("--estimator", default="gae", choices=ESTIMATORS, help="the one timed")
     ap.add_argument("--forward-scan", action="store_true", help="linear_scan forward, not reverse")
     args = ap.parse_args()
+    reverse_scan = not args.forward_scan
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
     real_plan = triton_backend._plan
@@ -131,7 +132,6 @@ def main():
         v = torch.randn(shape, device=dev)
         term = torch.rand(shape, device=dev) < 0.05
         boot = torch.randn(N, device=dev)
-        reverse_scan = not args.forward_scan
         calls = estimator_calls(r, v, term, boot, int(batch_major), reverse_scan)
         fn_args, fn_kw = calls[args.estimator]
         want = float64_call(args.estimator, fn_args, fn_kw, int(batch_major))
