@@ -287,21 +287,33 @@ def _plan(
             # (1.36x at [128, 16384], sweep 22)
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
-        elif vtrace and N > 1 and (N < 8 * sms or T <= 64):  # its vs_{t+1} shuffle is cheap
-            # in short tiles (one sequence: 3 of their 4 columns would be padding). Sweep 22,
-            # N >= 8 x SMs: to T = 64 these tiles take 0.81-0.88x the time of a program per
-            # sequence (below); that takes 0.78-0.98x theirs from T = 128 (T of 65-127 not timed)
+        elif vtrace and N > 1 and (T <= 64 or (N < 8 * sms and T <= 2048)):  # its vs_{t+1}
+            # shuffle is cheap in short tiles (one sequence: 3 of their 4 columns would be
+            # padding). Sweep 22, N >= 8 x SMs: to T = 64 these tiles take 0.81-0.88x the time of
+            # a program per sequence (below); that takes 0.78-0.98x theirs from T = 128 (T of
+            # 65-127 not timed); few long sequences: see the split one-warp tiles below
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         elif N >= 8 * sms:  # time is contiguous: a parallel scan along it, one sequence per
             # program (a warp); V-trace in 128-step tiles (0.95-0.99x of 256 from T = 256)
             block_t = 128 if T <= 128 or vtrace else 256
             block_n, unroll, warps, target = 1, 1, 1, 0
             prefetch = kind == kernels.TRACES.value
-        else:  # program (a warp); with few sequences, wider programs split along time
-            block_t, warps = (128, 2) if T <= 2048 else (512, 4)
-            if N == 1 and T >= 524288:  # one long sequence: 1024-step tiles (sweep 13)
-                block_t, warps = 1024, 8
+        else:  # program (a warp); with few sequences, programs split along time
             block_n, unroll, target = 1, 1, 8 * sms
+            if T <= 2048:
+                block_t, warps = 128, 2
+            elif N == 1 and T >= 524288:  # one long sequence: 1024-step tiles (sweep 13)
+                block_t, warps = 1024, 8
+            elif not reverse:  # forward scans (traces, episodic sums, the forward scan)
+                block_t, warps = 512, 4
+            else:  # backward scans: one-warp tiles of 256 steps (V-trace 128) scanned by
+                # fours, up to 32 x SMs programs of a tile or more (sweep 25: 0.70-0.97x the
+                # time of 4-warp 512-step tiles in 8 x SMs programs from [4096, 16] to
+                # [1048576, 16] and [4096, 1000]; V-trace's 4-column tiles 0.52-0.81x, but
+                # 1.07x at [262144, 1]; traces took 1.12-1.18x at [131072 .. 1048576, 16] and
+                # [65536, 256], so forward scans keep 512-step tiles)
+                block_t, warps, target = (128 if vtrace else 256), 1, 32 * sms
+                min_chunk = block_t
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
     plan = Plan(block_t, block_n, unroll, T, 1, warps, segs, prefetch)  # (not split yet)
     programs = triton.cdiv(N, plan.cols)
