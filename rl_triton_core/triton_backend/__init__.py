@@ -304,15 +304,15 @@ def _plan(
                 block_t, warps = 128, 2
             elif N == 1 and T >= 524288:  # one long sequence: 1024-step tiles (sweep 13)
                 block_t, warps = 1024, 8
-            elif not reverse:  # forward scans (traces, episodic sums, the forward scan)
+            elif not reverse:  # forward scans (traces, episodic sums, the forward scan): in
+                # the one-warp tiles below traces took 1.12-1.18x the time at [131072 ..
+                # 1048576, 16] and [65536, 256], 0.82-1.02x at smaller shapes (sweep 25)
                 block_t, warps = 512, 4
             else:  # backward scans: one-warp tiles of 256 steps (V-trace 128) scanned by
                 # fours, about 32 x SMs programs of a tile or more (sweep 25: 0.70-0.97x the
                 # time of 4-warp 512-step tiles in 8 x SMs programs from [4096, 16] to
                 # [1048576, 16] and [4096, 1000]; V-trace 0.52-0.79x that of its 4-column
-                # tiles, of one sequence 0.81x and 1.07x at [131072, 1] and [262144, 1]; traces
-                # took 1.12-1.18x at [131072 .. 1048576, 16] and [65536, 256], 0.82-1.02x at
-                # smaller shapes: forward scans keep 512-step tiles)
+                # tiles, of one sequence 0.81x and 1.07x at [131072, 1] and [262144, 1])
                 block_t, warps, target = (128 if vtrace else 256), 1, 32 * sms
                 min_chunk = block_t
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
