@@ -6,7 +6,8 @@ replay, L2 flushed by a large write before each replay), for each candidate; che
 against the float64 torch backend; prints the best per shape and layout.
 
     python benchmarks/sweep_tiles.py [--shapes 128x4096 131072x16] [--layouts tm bm]
-        [--estimator vtrace] [--forward-scan] [--candidates 32x128x1x4x1 ...] [--check-all]
+        [--estimator vtrace] [--forward-scan] [--dtype bfloat16]
+        [--candidates 32x128x1x4x1 ...] [--check-all]
 
 ``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split, then
 other ``Plan`` fields by name, e.g. ``8x64x1x1x16:segs=4``; with no values, only the default
@@ -119,6 +120,7 @@ def main():
     ap.add_argument("--check-all", action="store_true", help="every estimator per candidate")
     ap.add_argument("--estimator", default="gae", choices=ESTIMATORS, help="the one timed")
     ap.add_argument("--forward-scan", action="store_true", help="linear_scan forward, not reverse")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="values")
     args = ap.parse_args()
     reverse_scan = not args.forward_scan
     dev = torch.device("cuda")
@@ -128,10 +130,11 @@ def main():
     for (T, N), layout in itertools.product(shapes, args.layouts):
         batch_major = layout == "bm"
         shape = (N, T) if batch_major else (T, N)
-        r = torch.randn(shape, device=dev)
-        v = torch.randn(shape, device=dev)
+        dtype = getattr(torch, args.dtype)
+        r = torch.randn(shape, device=dev, dtype=dtype)
+        v = torch.randn(shape, device=dev, dtype=dtype)
         term = torch.rand(shape, device=dev) < 0.05
-        boot = torch.randn(N, device=dev)
+        boot = torch.randn(N, device=dev, dtype=dtype)
         calls = estimator_calls(r, v, term, boot, int(batch_major), reverse_scan)
         fn_args, fn_kw = calls[args.estimator]
         want = float64_call(args.estimator, fn_args, fn_kw, int(batch_major))

@@ -107,6 +107,7 @@ class Plan(NamedTuple):
     num_warps: int
     segs: int = 1  # chunks a program runs side by side (consecutive in time)
     prefetch: bool = False  # a tile's loads issued before the previous tile is written
+    stages: int = 1  # the tile loop software-pipelined by Triton (tl.range num_stages)
     resident: bool = False  # split, one tile a chunk, one cooperative launch (every program
     # resident: each waits for the others' chunk composites)
 
@@ -154,6 +155,13 @@ _RESIDENT_FEW = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.val
 # discounted returns slower at N = 8, TD(lambda) and Retrace 0.83-0.97x there).
 _NARROW_SIDE_BY_SIDE = {kernels.GAE.value: 4, kernels.DISCOUNTED.value: 4,
                         kernels.LAMBDA.value: 8, kernels.RETRACE.value: 8}  # fmt: skip
+# Estimators whose few-long plan (time-major, 8 < N <= 16) pipelines its tile loop in 8 x 16
+# one-warp tiles in 3 stages from the T given (sweep 26: 0.71-0.93x the time of chunks side by
+# side at [65536 .. 1048576, 16]; Retrace 0.92-0.94x that of its 8 x 16 tiles unpipelined at
+# [131072, 16], 1.02-1.05x at [65536, 16]; GAE, TD(lambda) and V-trace 0.98-1.08x at
+# [131072, 16], not taken)
+_PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65536,
+                       kernels.SCAN.value: 65536, kernels.RETRACE.value: 131072}  # fmt: skip
 
 
 # Devices that refused a resident plan's cooperative launch (see _launch): none from then on.
@@ -191,10 +199,11 @@ def _plan(
     *,
     reverse: bool = True,
     four_byte: bool = False,
+    acc64: bool = False,
 ) -> Plan:
     """Tile orientation from the layout; split time when there are too few sequences.
     ``reverse``: a backward scan; ``four_byte``: every value and per-step coefficient tensor
-    4-byte, with float32 arithmetic.
+    4-byte, with float32 arithmetic; ``acc64``: float64 arithmetic.
 
     The shapes come from sweeps of GAE on an H200 (benchmarks/sweep_tiles.py, results in
     benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
@@ -202,7 +211,7 @@ def _plan(
     """
     max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
     vtrace = kind == kernels.VTRACE.value
-    segs, prefetch = 1, False
+    segs, prefetch, stages = 1, False, 1
     one_wave = False  # target: at most this many programs (else at least; see the split below)
     resident_ok = device not in _NO_RESIDENT
     if _INTERPRETED and resident_ok and T > 8 and ((time_major and N == 7) or (N == 1 and vtrace)):
@@ -237,7 +246,14 @@ def _plan(
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
-        if wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
+        if wide and many and T >= 32 and not acc64 and kind != kernels.RETRACE.value:
+            # one-warp 8 x 32 tiles (V-trace 4 x 32) in a tile loop software-pipelined by
+            # Triton in 3 stages (its loads issued asynchronously, stages ahead), no split
+            # (sweep 26: 0.71-0.97x the time of the plans below at [32 .. 1024, 65536] and
+            # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.10x, and
+            # Retrace 0.99-1.09x, not taken)
+            block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
+        elif wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
             # a warp per 128 columns, each thread holding 8 rows of 4 (sweep 22), no split
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
         elif wide and many:  # one-warp tiles, no split:
@@ -247,6 +263,11 @@ def _plan(
                 T >= 64 and kind in _ONE_WARP_WIDE and (four_byte or kind != kernels.GAE.value)
             ):
                 block_t, block_n, prefetch = 8, 16, True
+        elif time_major and 16384 <= N < 65536 and four_byte:  # (T >= 256: not `many`)
+            # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages, no
+            # split (sweep 26: 0.58-0.92x the time of the split plans below at [256 .. 4096,
+            # 16384], discounted returns 0.90-1.00x; GAE in bfloat16 1.13-1.30x, not taken)
+            block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
         elif time_major and N >= 256 and T >= long_enough and (N < 16384 or not vtrace):
             # a warp per 64 columns in 4-step tiles (two rows of 4 columns a thread), split
             # along time into as many programs as the GPU runs at once (32 one-warp programs an
@@ -270,6 +291,8 @@ def _plan(
             cols = max(4, triton.next_power_of_2(N))
             if N <= _NARROW_SIDE_BY_SIDE.get(kind, 0):  # at most 8 sequences: 64-column
                 block_n, target, segs = 64, 8 * sms, 64 // cols  # tiles of chunks side by side
+            elif T >= _PIPELINED_FEW_LONG.get(kind, T + 1) and N > 8 and not acc64:
+                stages = 3
             elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
         elif time_major and N <= 16:  # few sequences: tall, narrow tiles
@@ -316,7 +339,7 @@ def _plan(
                 block_t, warps, target = (128 if vtrace else 256), 1, 32 * sms
                 min_chunk = block_t
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
-    plan = Plan(block_t, block_n, unroll, T, 1, warps, segs, prefetch)  # (not split yet)
+    plan = Plan(block_t, block_n, unroll, T, 1, warps, segs, prefetch, stages)  # (not split yet)
     programs = triton.cdiv(N, plan.cols)
     step = block_t * unroll
     spans = 1  # programs along time, each min_chunk steps or more
@@ -428,7 +451,9 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     # memory, a scan along time when time is (batch-major layouts; a single sequence).
     time_major = N > 1 and (abs(s_t) >= abs(s_n) if s_n else True)
     four_byte = not acc64 and all(v.element_size() == 4 for v in (*x, *steps) if v is not None)
-    plan = _plan(kind, T, N, time_major, out0.device, reverse=reverse, four_byte=four_byte)
+    plan = _plan(
+        kind, T, N, time_major, out0.device, reverse=reverse, four_byte=four_byte, acc64=acc64
+    )
     cols = plan.cols
     strides = (s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n)
     # The largest element offset any load or store can form (t + 1 steps, all sequences).
@@ -463,6 +488,7 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         # (past that, more groups)
         GROUP=1 if plan.resident else _group_size(plan, fold),
         PREFETCH=plan.prefetch,
+        STAGES=plan.stages,
         num_warps=plan.num_warps,
         **({"launch_cooperative_grid": True} if plan.resident else {}),
     )

@@ -9,6 +9,8 @@ estimator's outputs and carries the state to the next tile. Nothing but the outp
 With ``PREFETCH`` a tile's coefficients (its loads) are built before the previous tile is
 scanned and written, so that its loads are in flight meanwhile: the compiler keeps loads
 after the stores before them, as they might alias.
+With ``STAGES`` > 1 Triton software-pipelines the tile loop instead: each tile's loads are
+issued asynchronously into shared memory ``STAGES - 1`` iterations ahead.
 
 When there are too few sequences to fill the GPU, the time axis is split into chunks run by
 different programs, or side by side in one program (``SEGS``): a chunked two-level scan. A
@@ -612,6 +614,7 @@ def scan_kernel(
     FOLD: tl.constexpr,
     GROUP: tl.constexpr,
     PREFETCH: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """Grid ``(cdiv(N, COLS), n_chunks / SEGS)`` (``(cdiv(N, COLS), n_groups)`` for the
     GROUP_PASS between the totals and the scan launches: :func:`_group_prefixes`). Each loop
@@ -731,7 +734,7 @@ def scan_kernel(
                 stop, T, s_t, s_n, f_t, f_n, k_t, k_n, b_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
                 HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
             )  # fmt: skip
-        for i in range(0, n_iters):
+        for i in tl.range(0, n_iters, num_stages=STAGES):
             for k in tl.static_range(UNROLL):
                 if REVERSE:
                     t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
