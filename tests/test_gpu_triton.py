@@ -153,8 +153,9 @@ LAYOUTS = {
 # (16_384, 100): time-major 16 < N < 1024 with T >= 16384 has its own split plan, and N is not
 # a multiple of 16 (Triton specialises N, T and the chunk length on that); (8192, 5),
 # (65_536, 3) and (131_072, 16): the few-long-sequences plan, in 256, 2048 and 2048 programs
-# (two-level carry-in: a group pass); (131_072, 16) and (65_536, 3): discounted returns, traces
-# and the scan run 8 and 32 chunks side by side in a program there; (65_536, 3) and (8192, 5):
+# (two-level carry-in: a group pass); (131_072, 16): discounted returns, traces, the scan and
+# Retrace run their 8 x 16 tiles in a pipelined loop (3 stages), but in float64 (8 chunks side
+# by side; Retrace unpipelined); (65_536, 3): 32 side by side; (65_536, 3) and (8192, 5):
 # GAE, discounted returns, TD(lambda) and Retrace (N <= 4), and TD(lambda) and Retrace
 # (N <= 8) run 16 chunks of 4 columns and 8 of 8 side by side in 64-column tiles (in the
 # torchrl layout 2 and 4 sequences); (1_000_000, 1): one long
@@ -165,13 +166,13 @@ LAYOUTS = {
 # time-major, one 128-step tile a program (a partial one), masked columns; (200_003, 2) and
 # (262_144, 4): time-major, resident (one cooperative launch) for GAE, TD(lambda), discounted
 # returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too;
-# (64, 65_536), (70, 65_544) and (32, 16_392): time-major one-warp tiles, unsplit: 4 x 32
-# (prefetching but for Retrace) for V-trace and Retrace from N = 65536, Retrace at N = 16392
-# and, from N = 65536, GAE with 2- and 8-byte values; 8 x 16 with prefetch for the others
-# (masked columns at N = 65544 and 16392, partial tiles at T = 70); at N >= 65536 float32
-# traces and the forward scan in a warp per 128 columns of 8-row tiles (a partial tile and a
-# partial warp of columns at (70, 65_544)); batch-major V-trace in (64, 4) tiles at T <= 64 (a
-# program per sequence at T = 70);
+# (64, 65_536), (70, 65_544), (100, 16_392) and (32, 16_392): time-major one-warp tiles,
+# unsplit, 8 x 32 (V-trace 4 x 32) in a pipelined loop (3 stages); Retrace in 4 x 32; float64
+# in 8 x 16 with prefetch, at N >= 65536 GAE and V-trace in 4 x 32 with prefetch (masked
+# columns at N = 65544 and 16392, partial tiles at T = 70 and 100); (20, 65_544): the plans
+# of T < 32 there, 4 x 32 with prefetch (Retrace without), float32 traces and the forward scan
+# in a warp per 128 columns of 8-row tiles (a partial tile and a partial warp of columns);
+# batch-major V-trace in (64, 4) tiles at T <= 64 (a program per sequence at T = 70);
 # batch-major (and torchrl) (4096, 3), (8192, 5), (65_536, 3), (131_072, 16), (16_384, 100),
 # (200_003, 2) and (262_144, 4), and (1_000_000, 1) in the torchrl layout (two sequences):
 # backward scans in one-warp 256-step tiles (V-trace 128) scanned by fours, split in 16-1954
@@ -179,8 +180,9 @@ LAYOUTS = {
 # reached here), forward scans in 512-step tiles of 4 warps;
 # (20, 1100) and (12, 1100): time-major short rollouts in one-warp 16 x 8 tiles (partial tiles
 # of 4 and 12 steps, masked columns; Retrace in them at T = 12 only, in 64 x 16 tiles at T =
-# 20); (100, 16_392): V-trace and the others in 8 x 16 tiles with a partial last tile;
-# (300, 16_400): time-major V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
+# 20); (300, 16_400): time-major float32, unsplit one-warp 16 x 16 tiles (V-trace, Retrace
+# 8 x 16) in a 4-stage pipelined loop (a partial last tile, masked columns); other dtypes: 4 x
+# 64 tiles split in 15 chunks, V-trace walking rows in 10 chunks; (120, 1500) and
 # (300, 1100): batch-major V-trace, a program per sequence
 SHAPES = [
     (1, 4096),
@@ -196,6 +198,7 @@ SHAPES = [
     (65_536, 3),
     (64, 65_536),
     (70, 65_544),
+    (20, 65_544),
     (32, 16_392),
     (300, 16_400),
     (16_384, 100),
