@@ -176,8 +176,9 @@ LAYOUTS = {
 # batch-major (and torchrl) (4096, 3), (8192, 5), (65_536, 3), (131_072, 16), (16_384, 100),
 # (200_003, 2) and (262_144, 4), and (1_000_000, 1) in the torchrl layout (two sequences):
 # backward scans in one-warp 256-step tiles (V-trace 128) scanned by fours, split in 16-1954
-# chunks a sequence (partial last chunks and tiles; a group pass from 2049 chunks is not
-# reached here), forward scans in 512-step tiles of 4 warps;
+# chunks a sequence (partial last chunks and tiles; past 1024 chunks with a group pass: 1954 at
+# (1_000_000, 1) in the torchrl layout, V-trace's 1563 at (200_003, 2)), forward scans in
+# 512-step tiles of 4 warps;
 # (20, 1100) and (12, 1100): time-major short rollouts in one-warp 16 x 8 tiles (partial tiles
 # of 4 and 12 steps, masked columns; Retrace in them at T = 12 only, in 64 x 16 tiles at T =
 # 20); (300, 16_400): time-major float32, unsplit one-warp 16 x 16 tiles (V-trace, Retrace

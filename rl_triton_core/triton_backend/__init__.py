@@ -514,8 +514,11 @@ def _group_size(plan: Plan, fold: int) -> int:
     """Chunks per group (a power of two) for the two-level carry-in; 1 (none) when folding the
     chunk totals takes at most 8 round trips (2 under the interpreter, so that CPU tests take
     both paths): at 17 chunks the group step (sweep 9, then part of the totals launch) measured
-    up to 17% slower than the fold."""
-    if plan.n_chunks <= (2 if _INTERPRETED else 8) * fold:
+    up to 17% slower than the fold. One-warp programs of one sequence fold at most 4 round
+    trips (1024 chunks): with 1172-1758 chunks a sequence, the group pass took 0.57-0.92x the
+    time of folding up to 8 (sweep 26: GAE, V-trace, discounted returns, batch-major)."""
+    trips = 4 if plan.cols == 1 and plan.num_warps == 1 else 8
+    if plan.n_chunks <= (2 if _INTERPRETED else trips) * fold:
         return 1
     # at most 32 totals a thread in the group pass's scan (64 a thread took 238 registers in
     # sweep 11)
