@@ -182,8 +182,8 @@ LAYOUTS = {
 # (20, 1100) and (12, 1100): time-major short rollouts in one-warp 16 x 8 tiles (partial tiles
 # of 4 and 12 steps, masked columns; Retrace in them at T = 12 only, in 64 x 16 tiles at T =
 # 20); (300, 16_400): time-major float32, unsplit one-warp 16 x 16 tiles (V-trace, Retrace
-# 8 x 16) in a 4-stage pipelined loop (a partial last tile, masked columns); other dtypes: 4 x
-# 64 tiles split in 15 chunks, V-trace walking rows in 10 chunks; (120, 1500) and
+# 8 x 16) in a 4-stage pipelined loop (a partial last tile); other dtypes: 4 x 64 tiles split
+# in 15 chunks, V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
 # (300, 1100): batch-major V-trace, a program per sequence
 SHAPES = [
     (1, 4096),

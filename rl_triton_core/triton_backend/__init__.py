@@ -156,7 +156,7 @@ _RESIDENT_FEW = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.val
 _NARROW_SIDE_BY_SIDE = {kernels.GAE.value: 4, kernels.DISCOUNTED.value: 4,
                         kernels.LAMBDA.value: 8, kernels.RETRACE.value: 8}  # fmt: skip
 # Estimators whose few-long plan (time-major, 8 < N <= 16) pipelines its tile loop in 8 x 16
-# one-warp tiles in 3 stages from the T given (sweep 26: 0.71-0.93x the time of chunks side by
+# one-warp tiles in 3 stages from the T given (sweep 26: 0.72-0.98x the time of chunks side by
 # side at [65536 .. 1048576, 16]; Retrace 0.92-0.94x that of its 8 x 16 tiles unpipelined at
 # [131072, 16], 1.02-1.05x at [65536, 16]; GAE, TD(lambda) and V-trace 0.98-1.08x at
 # [131072, 16], not taken)
@@ -249,9 +249,9 @@ def _plan(
         if wide and many and T >= 32 and not acc64 and kind != kernels.RETRACE.value:
             # one-warp 8 x 32 tiles (V-trace 4 x 32) in a tile loop software-pipelined by
             # Triton in 3 stages (its loads issued asynchronously, stages ahead), no split
-            # (sweep 26: 0.71-0.97x the time of the plans below at [32 .. 1024, 65536] and
-            # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.10x, and
-            # Retrace 0.99-1.09x, not taken)
+            # (sweep 26: 0.71-0.99x the time of the plans below at [32 .. 1024, 65536] and
+            # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.13x, and
+            # Retrace 1.03-1.09x in 8 x 32 tiles, 0.99-1.51x in any tile timed: not taken)
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
         elif wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
             # a warp per 128 columns, each thread holding 8 rows of 4 (sweep 22), no split
@@ -265,8 +265,8 @@ def _plan(
                 block_t, block_n, prefetch = 8, 16, True
         elif time_major and 16384 <= N < 65536 and four_byte:  # (T >= 256: not `many`)
             # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages, no
-            # split (sweep 26: 0.58-0.92x the time of the split plans below at [256 .. 4096,
-            # 16384], discounted returns 0.90-1.00x; GAE in bfloat16 1.13-1.30x, not taken)
+            # split (sweep 26: 0.58-0.88x the time of the split plans below at [256 .. 4096,
+            # 16384], discounted returns 0.92-1.00x; GAE in bfloat16 1.13-1.30x, not taken)
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
         elif time_major and N >= 256 and T >= long_enough and (N < 16384 or not vtrace):
             # a warp per 64 columns in 4-step tiles (two rows of 4 columns a thread), split
@@ -515,7 +515,7 @@ def _group_size(plan: Plan, fold: int) -> int:
     chunk totals takes at most 8 round trips (2 under the interpreter, so that CPU tests take
     both paths): at 17 chunks the group step (sweep 9, then part of the totals launch) measured
     up to 17% slower than the fold. One-warp programs of one sequence fold at most 4 round
-    trips (1024 chunks): with 1172-1758 chunks a sequence, the group pass took 0.57-0.92x the
+    trips (1024 chunks): with 1172-1758 chunks a sequence, the group pass took 0.56-0.92x the
     time of folding up to 8 (sweep 26: GAE, V-trace, discounted returns, batch-major)."""
     trips = 4 if plan.cols == 1 and plan.num_warps == 1 else 8
     if plan.n_chunks <= (2 if _INTERPRETED else trips) * fold:
