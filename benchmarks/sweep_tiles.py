@@ -11,7 +11,8 @@ against the float64 torch backend; prints the best per shape and layout.
 
 ``--candidates`` replaces the built-in grid (block_t x block_n x unroll x warps x split, then
 other ``Plan`` fields by name, e.g. ``8x64x1x1x16:segs=4``; with no values, only the default
-plan runs);
+plan runs); split is the number of programs along time, i.e. ``Plan.n_chunks / segs`` (a
+default plan printed with n_chunks 8192 and segs 8 is ``...x1024:segs=8``);
 ``--check-all`` also runs every other estimator at each candidate against the float64 torch
 backend (a tile shape must compile and be right for all of them, not only the timed one);
 ``--forward-scan`` runs ``linear_scan`` forward (reverse by default).
