@@ -124,6 +124,7 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="values")
     args = ap.parse_args()
     reverse_scan = not args.forward_scan
+    dtype = getattr(torch, args.dtype)
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
     real_plan = triton_backend._plan
@@ -131,7 +132,6 @@ def main():
     for (T, N), layout in itertools.product(shapes, args.layouts):
         batch_major = layout == "bm"
         shape = (N, T) if batch_major else (T, N)
-        dtype = getattr(torch, args.dtype)
         r = torch.randn(shape, device=dev, dtype=dtype)
         v = torch.randn(shape, device=dev, dtype=dtype)
         term = torch.rand(shape, device=dev) < 0.05

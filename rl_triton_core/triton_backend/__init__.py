@@ -129,7 +129,7 @@ _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.va
                   kernels.VTRACE.value, kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
 # Estimators whose forward scans of float32 values run time-major tiles of 8 rows and 128
-# columns from N = 65536, each thread holding 8 rows of 4 columns (the scan in its registers,
+# columns from N = 65536 (below T = 32 since sweep 26), each thread holding 8 rows of 4 columns (the scan in its registers,
 # 16-byte accesses; a warp per 128 columns), prefetching (sweep 22: 0.86-0.91x the time of
 # the 4 x 32 tiles at [64 .. 1024, 65536], 0.93-1.00x at T = 16; the reverse scan 1.03-1.05x
 # and discounted returns 1.19x at N = 65536; bfloat16 traces 1.10x, a bfloat16 tile of 128
@@ -142,7 +142,10 @@ _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
 # at T = 16 and 32), GAE only with 4-byte values (bfloat16 1.03-1.04x); V-trace (1.19-1.36x)
 # and Retrace (1.09-1.16x) keep 4 x 32. At 16384 <= N < 65536 (T < 256) every estimator but
 # Retrace (1.08-1.11x; bfloat16 0.93x) runs them: 0.54-0.95x the time, TD(lambda) 1.01x at
-# [16, 16384]. (Ratios: best of two rounds each; see the sweep.)
+# [16, 16384]. (Ratios: best of two rounds each; see the sweep.) Since sweep 26 the pipelined
+# tiles take every call from T = 32 but Retrace's and float64 ones: these tiles now run
+# float64 calls (from N = 65536 from T = 64, not GAE's) and, at 16384 <= N < 65536, the other
+# calls below T = 32.
 _ONE_WARP_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 # Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
@@ -260,7 +263,7 @@ def _plan(
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
             prefetch = kind in _PREFETCH_WIDE  # or 8 x 16 tiles (see _ONE_WARP_WIDE)
             if (kind != kernels.RETRACE.value and N < 65536) or (
-                T >= 64 and kind in _ONE_WARP_WIDE and (four_byte or kind != kernels.GAE.value)
+                T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
                 block_t, block_n, prefetch = 8, 16, True
         elif time_major and 16384 <= N < 65536 and four_byte:  # (T >= 256: not `many`)
@@ -291,7 +294,7 @@ def _plan(
             cols = max(4, triton.next_power_of_2(N))
             if N <= _NARROW_SIDE_BY_SIDE.get(kind, 0):  # at most 8 sequences: 64-column
                 block_n, target, segs = 64, 8 * sms, 64 // cols  # tiles of chunks side by side
-            elif T >= _PIPELINED_FEW_LONG.get(kind, T + 1) and N > 8 and not acc64:
+            elif N > 8 and not acc64 and T >= _PIPELINED_FEW_LONG.get(kind, math.inf):
                 stages = 3
             elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
