@@ -1,8 +1,9 @@
 """Host cost of one small call on a CUDA GPU: what each layer of the launch path costs.
 
 Full-call time (back-to-back calls, one synchronisation, divided by the count) of ``gae`` at
-[128, 4096] (float32, time-major; the GPU needs a few microseconds, so the host decides) through
-the public function, with fresh outputs and with ``out=``, in three configurations:
+[128, 4096] (float32, time-major; the GPU needs a few microseconds, so the host decides), or the
+shape given (``--shape 2048x1``: a call split along time, several launches), through the
+public function, with fresh outputs and with ``out=``, in three configurations:
 
 * ``jit``: every launch through Triton's JIT dispatch, no replay (RL_TRITON_DIRECT_LAUNCH=0
   RL_TRITON_REPLAY=0);
@@ -17,7 +18,7 @@ For scale: two ``torch.empty``, an empty Triton kernel through the JIT, one eage
 replay of a CUDA graph holding the call. Every configuration's result is checked against the
 torch backend in float64, also the graph's.
 
-    python benchmarks/launch_overhead.py [--json F]
+    python benchmarks/launch_overhead.py [--shape TxN] [--json F]
 """
 
 import argparse
@@ -48,9 +49,10 @@ def per_call(fn, k=3000, rounds=3):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="128x4096", help="TxN (time-major)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    T, N = 128, 4096
+    T, N = map(int, args.shape.split("x"))
     dev = torch.device("cuda")
     r, v = torch.randn(T, N, device=dev), torch.randn(T, N, device=dev)
     d = torch.rand(T, N, device=dev) < 0.05
@@ -109,12 +111,17 @@ def main():
     res["CUDA graph replay of the call"] = per_call(graph.replay)
 
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    print(f"gae [{T}, {N}] float32, full-call time (host-bound here):")
+    tb._LAUNCHES.clear()
+    _replay._PLANS.clear()
+    rtc.gae(r, v, d, **kw)
+    (launch,) = tb._LAUNCHES.values()
+    print(f"gae [{T}, {N}] float32 time-major, {launch.plan.n_chunks} chunk(s), full-call time:")
     for k, val in res.items():
         print(f"  {k:45s} {val:7.1f} us")
     if args.json:
         meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                    triton=triton.__version__, shape=[T, N])  # fmt: skip
+                    triton=triton.__version__, shape=[T, N],
+                    n_chunks=launch.plan.n_chunks)  # fmt: skip
         with open(args.json, "w") as f:
             json.dump(dict(meta=meta, full_call_us=res), f, indent=1)
 

@@ -172,24 +172,30 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
             start(L0, (t[0], t[1], None, c0_3, ..., n0))
             return n0
 
-    An unsplit CUDA launch that was launched directly (``whole_direct``) skips ``start``: the
+    A CUDA launch whose phases were all launched directly (``direct_launches``: the unsplit
+    kernel, or the totals, group and carried launches of a split one) skips ``start``: the
     replay passes the tensors' addresses to Triton's launcher itself, as integers (Triton
     then neither calls ``data_ptr`` nor asks the driver about each pointer), when every
     address is 16-byte aligned as recorded, no profiler hooks Triton's launches and the
-    launch's device is the current one; otherwise it calls ``start``:
+    launch's device is the current one; otherwise it calls ``start``. A split launch's chunk
+    totals are allocated by the replay (``new_totals``, aligned):
 
             p0_0 = t[0].data_ptr()
             ...
             if (p0_0 | ... | p0_9) & 15 or hooks() or device() != D0:
                 start(L0, (t[0], ...))
             else:
-                R0(*G0, 1, stream(D0), *H0, p0_0, ..., *K0)
+                s0 = stream(D0)
+                q0 = totals(L0)
+                a0 = q0.data_ptr()
+                R0_0(*G0_0, 1, s0, *H0_0, p0_0, ..., a0, *K0_0)
+                R0_1(*G0_1, 1, s0, *H0_1, p0_0, ..., a0, *K0_1)
 
     Whether a recording launches by address is decided when it is made: one whose call found
-    no such direct launcher (a first call with misaligned tensors, a profiler's hooks,
+    no such direct launchers (a first call with misaligned tensors, a profiler's hooks,
     ``RL_TRITON_DIRECT_LAUNCH=0``) or holds a misaligned constant always calls ``start``.
     """
-    from .triton_backend import _launch_hooks_set, start, whole_direct
+    from .triton_backend import _launch_hooks_set, direct_launches, new_totals, start
 
     names = {"empty": empty, "start": start}
     lines = ["def replay(t):"]
@@ -213,15 +219,16 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
                 names[f"c{k}_{pos}"] = a
                 items.append(f"c{k}_{pos}")
         call = f"start(L{k}, ({', '.join(items)},))"
-        direct = whole_direct(launch)  # (unsplit: launch.pointers are positions in template)
-        if direct is None or any(  # (the direct launcher of the all-aligned kernel)
-            template[pos].data_ptr() & 15 for pos in launch.pointers if pos not in filled
+        direct = direct_launches(launch)
+        pointers = [pos for pos in launch.pointers if pos < len(template)]  # (not the totals)
+        if direct is None or any(  # (the direct launchers of the all-aligned kernel)
+            template[pos].data_ptr() & 15 for pos in pointers if pos not in filled
         ):
             lines.append(f"    {call}")
             continue
         addresses = list(items)  # the launch's tensors by address
         checked = []
-        for pos in launch.pointers:
+        for pos in pointers:
             addresses[pos] = f"p{k}_{pos}"
             if pos in filled:
                 lines.append(f"    p{k}_{pos} = {items[pos]}.data_ptr()")
@@ -229,14 +236,24 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
             else:  # a cached constant of the launcher (kept alive by c{k}_{pos})
                 names[f"p{k}_{pos}"] = template[pos].data_ptr()
         names.update(hooks=_launch_hooks_set, device=torch._C._cuda_getDevice)
-        names.update(stream=torch._C._cuda_getCurrentRawStream)
-        names.update({f"R{k}": direct[0], f"H{k}": direct[1], f"K{k}": direct[2]})
-        names.update({f"G{k}": launch.grid, f"D{k}": launch.device.index})
+        names.update(stream=torch._C._cuda_getCurrentRawStream, totals=new_totals)
+        names[f"D{k}"] = launch.device.index
         lines.append(f"    if ({' | '.join(checked)}) & 15 or hooks() or device() != D{k}:")
         lines.append(f"        {call}")
         lines.append("    else:")
+        lines.append(f"        s{k} = stream(D{k})")
+        totals = "None"
+        if launch.plan.n_chunks > 1:  # (kept alive by q{k} until the launches are queued)
+            lines.append(f"        q{k} = totals(L{k})")
+            lines.append(f"        a{k} = q{k}.data_ptr()")
+            totals = f"a{k}"
         fast = ", ".join(addresses)
-        lines.append(f"        R{k}(*G{k}, 1, stream(D{k}), *H{k}, {fast}, *K{k})")
+        for j, (run, grid, head, tail) in enumerate(direct):
+            names.update({f"R{k}_{j}": run, f"G{k}_{j}": grid, f"H{k}_{j}": head})
+            names[f"K{k}_{j}"] = tail
+            lines.append(
+                f"        R{k}_{j}(*G{k}_{j}, 1, s{k}, *H{k}_{j}, {fast}, {totals}, *K{k}_{j})"
+            )
     outs = [source(s) for s in returned]
     lines.append(f"    return {outs[0]}" if single else f"    return ({', '.join(outs)},)")
     exec(_code("\n".join(lines)), names)  # (generated from the recording: no user text)

@@ -184,7 +184,11 @@ LAYOUTS = {
 # 20); (300, 16_400): time-major float32, unsplit one-warp 16 x 16 tiles (V-trace, Retrace
 # 8 x 16) in a 4-stage pipelined loop (a partial last tile); other dtypes: 4 x 64 tiles split
 # in 15 chunks, V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
-# (300, 1100): batch-major V-trace, a program per sequence
+# (300, 1100): batch-major V-trace, a program per sequence; (1000, 1): one sequence in one
+# tile of 1024 steps (a partial one); (600, 16), (2000, 100) and (4096, 3): time-major few
+# sequences from T = 512, one-warp 8 x 16 tiles in chunks of 32 steps (partial last chunks;
+# masked columns at N = 100; at N = 3 chunks side by side as at (65_536, 3)); V-trace at
+# (16_384, 100) in them too
 SHAPES = [
     (1, 4096),
     (20, 1100),
@@ -207,6 +211,9 @@ SHAPES = [
     (2048, 1024),
     (200_003, 2),
     (262_144, 4),
+    (1000, 1),
+    (600, 16),
+    (2000, 100),
 ]
 
 
@@ -222,6 +229,22 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
     out_like = torch.empty(shape, dtype=dtype, device=CUDA)
     got = _run_all(d, time_dim, "triton", out_like=out_like)
     _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
+
+
+def test_wide_float32_tiles_every_estimator():
+    """Time-major float32 from [256, 65536]: GAE in 4 x 32 tiles, V-trace in 4 x 64 (the
+    other estimators as below T = 256: see SHAPES); masked columns, a partial last tile."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    T, N = 260, 65_552
+    assert tb._plan(kernels.GAE.value, T, N, True, CUDA, four_byte=True)[:2] == (4, 32)
+    assert tb._plan(kernels.VTRACE.value, T, N, True, CUDA, four_byte=True)[:2] == (4, 64)
+    gen = torch.Generator(device=CUDA).manual_seed(T + N)
+    d = _inputs((T, N), 0, torch.float32, gen)
+    out_like = torch.full((T, N), float("nan"), device=CUDA)
+    got = _run_all(d, 0, "triton", out_like=out_like)
+    _close_all(got, _run_all(_f64(d), 0, "torch"), torch.float32, "wide float32 tiles")
 
 
 @pytest.mark.parametrize(
@@ -452,13 +475,22 @@ def test_misaligned_call_after_an_aligned_one(T, N, time_dim):
     assert per_phase and all(c and min(c.values()) >= 2 for c in per_phase), per_phase
 
 
+@pytest.mark.parametrize(
+    "T,N,n_phases",
+    [(128, 4096, 1), (4096, 1, 2), (131_072, 16, 3), (200_003, 2, 1)],
+    ids=["unsplit", "split", "split-groups", "resident"],
+)
 @pytest.mark.parametrize("with_out", [False, True])
-def test_replay_launches_by_address_unless_misaligned_or_hooked(with_out, monkeypatch):
-    """A replayed unsplit call hands its tensors' addresses straight to Triton's launcher (no
-    ``start``, no ``_run``); the same call with any one tensor misaligned (input, flag or
-    ``out=``), or while a profiler hooks Triton's launches (enter or exit hook), goes through
-    ``_run`` (the kernel compiled for that alignment; the JIT, which calls the hooks).
-    Outputs NaN-poisoned before every call, checked every time."""
+def test_replay_launches_by_address_unless_misaligned_or_hooked(
+    with_out, T, N, n_phases, monkeypatch
+):
+    """A replayed call hands its tensors' addresses straight to Triton's launcher (no
+    ``start``, no ``_run``), for each of its launches (unsplit; a split call's totals, group
+    pass and carried scan, on chunk totals the replay allocates; a resident plan's
+    cooperative launch on zeroed totals); the same call with any one tensor misaligned
+    (input, flag or ``out=``), or while a profiler hooks Triton's launches (enter or exit
+    hook), goes through ``_run`` (the kernel compiled for that alignment; the JIT, which calls
+    the hooks). Outputs NaN-poisoned before every call, checked every time."""
     import types
 
     import rl_triton_core.triton_backend as tb
@@ -470,7 +502,6 @@ def test_replay_launches_by_address_unless_misaligned_or_hooked(with_out, monkey
     tb._LAUNCHES.clear()
     _replay._PLANS.clear()
     gen = torch.Generator(device=CUDA).manual_seed(13)
-    T, N = 128, 4096
     d = _inputs((T, N), 0, torch.float32, gen)
     want = rtc.gae(
         d["rewards"].double(), d["values"].double(), d["term"], truncated=d["trunc"],
@@ -492,15 +523,16 @@ def test_replay_launches_by_address_unless_misaligned_or_hooked(with_out, monkey
     def through_run(label, *args):
         before = len(runs)
         call(*args)
-        assert len(runs) == before + 1, f"a replay with {label} did not go through _run"
+        assert len(runs) == before + n_phases, f"a replay with {label} did not go through _run"
 
     call(d)  # records
     (launch,) = tb._LAUNCHES.values()
-    assert launch.plan.n_chunks == 1 and tb.whole_direct(launch) is not None
-    assert len(runs) == 1
+    assert len(launch.phases) == n_phases and tb.direct_launches(launch) is not None
+    assert launch.plan.resident == (N == 2)
+    assert len(runs) == n_phases
     call(d)
     call({k: v.clone() for k, v in d.items()})
-    assert len(runs) == 1, "a replay went through _run"
+    assert len(runs) == n_phases, "a replay went through _run"
 
     def misaligned(x):
         buf = torch.empty(x.numel() + 16, dtype=x.dtype, device=CUDA)

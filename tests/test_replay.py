@@ -11,9 +11,11 @@ read as a float, gradients, tensor subclasses.
 from __future__ import annotations
 
 import collections
+import inspect
 
 import pytest
 import torch
+import triton.language as tl
 from _support import FLAG_ARGS, NOTIME_ARGS, PARAM_ARGS, POSITIONAL, STEP_ARGS, as_tuple
 from conftest import HAS_CUDA, TRITON_INTERPRET, assert_close
 
@@ -175,6 +177,81 @@ def test_launch_records_where_its_tensors_are(fn, monkeypatch):
         assert pointers == tensors, f"{fn}: pointers {pointers}, tensors at {tensors}"
 
 
+@pytest.mark.skipif(not TRITON_INTERPRET, reason="needs TRITON_INTERPRET=1")
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_replay_by_address_launches_what_start_would(fn, monkeypatch):
+    """The replay's launches by address (GPU only; see ``_replay._compile``), run on the CPU
+    through a stand-in for Triton's direct launcher that maps each address back to its tensor
+    and runs the kernel under the interpreter: an unsplit call, split calls (totals and the
+    carried scan; with a group pass) and a resident one. A replay launches every phase in
+    order on chunk totals of its own, never through ``start``, and its outputs equal the
+    float64 reference."""
+    from rl_triton_core import triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    params = inspect.signature(kernels.scan_kernel.fn).parameters.values()  # (interpreted)
+    runtime = [p.name for p in params if p.annotation is not tl.constexpr]
+    constexpr_names = [p.name for p in params if p.annotation is tl.constexpr]
+    live = {}  # address -> tensor, for the stand-in launcher
+
+    def keep(t):
+        if isinstance(t, torch.Tensor):
+            live[t.data_ptr()] = t
+        return t
+
+    launched = []
+
+    def direct_run(gx, gy, gz, stream, function, *rest):
+        assert gz == 1 and stream == 0 and function == "function"
+        args, constexprs = rest[4 : 4 + len(runtime)], rest[4 + len(runtime) :]
+        args = [live[a] if i < runtime.index("T") and type(a) is int else a
+                for i, a in enumerate(args)]  # fmt: skip
+        meta = dict(zip(constexpr_names, constexprs, strict=True))
+        launched.append(tuple(meta[k] for k in tb._Phase._fields))
+        kernels.scan_kernel[(gx, gy)](*args, **meta)
+
+    real_run, real_totals, real_empty, real_start = tb._run, tb.new_totals, _replay.empty, tb.start
+    started = []
+
+    def run(launch, args, grid, phase):  # the recording call: as on a GPU, a direct launcher
+        real_run(launch, args, grid, phase)  # for each phase with every pointer aligned
+        constexprs = {**launch.meta, **phase._asdict()}
+        launch.direct[(phase, *(True,) * len(launch.pointers))] = (
+            direct_run,
+            ("function", "packed", None, None, None),
+            tuple(constexprs[k] for k in constexpr_names),
+        )
+
+    monkeypatch.setattr(tb, "_run", run)
+    monkeypatch.setattr(tb, "new_totals", lambda launch: keep(real_totals(launch)))
+    monkeypatch.setattr(_replay, "empty", lambda *a: keep(real_empty(*a)))
+    monkeypatch.setattr(tb, "start", lambda *a: (started.append(1), real_start(*a))[1])
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: None, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda d: 0, raising=False)
+    monkeypatch.setattr(_replay, "_INTERPRETED", True)
+    seen = set()
+    # (interpreter plans: unsplit; split in two launches, batch-major; split with a group pass;
+    # resident at N = 7)
+    for shape, time_dim in (((7, 5), 0), ((3, 40), 1), ((150, 3), 0), ((20, 7), 0)):
+        tb._LAUNCHES.clear()
+        _replay._PLANS.clear()
+        for seed in (1, 2):  # records, then replays
+            d = _inputs(fn, shape, time_dim, "cpu", torch.float32, seed, truncation=True,
+                        tensor_gamma=True)  # fmt: skip
+            for t in d.values():
+                keep(t)
+            started.clear()
+            launched.clear()
+            got = as_tuple(_call(fn, d, time_dim=time_dim, backend="triton"))
+            for g, w in zip(got, _reference(fn, d, time_dim), strict=True):
+                assert_close(g, w, torch.float32, name=f"{fn} {shape} replayed by address")
+        (launch,) = tb._LAUNCHES.values()
+        phases = [tuple(phase) for phase, _ in launch.phases]
+        assert not started and launched == phases, f"{fn} {shape}: {launched} for {phases}"
+        seen.add(len(phases) if not launch.plan.resident else "resident")
+    assert seen == {1, 2, 3, "resident"}, seen
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     "fn,N,time_dim",
@@ -203,7 +280,11 @@ def test_two_level_carry_in_repeated(device, fn, N, time_dim):
         got = as_tuple(_call(fn, d, time_dim=time_dim, backend="triton"))
         for g, w in zip(got, _reference(fn, d, time_dim), strict=True):
             assert_close(g, w, torch.float32, name=f"{fn} two-level carry-in")
-        grouped = [x for x in triton_backend._LAUNCHES.values() if x.group_grid is not None]
+        grouped = [
+            x
+            for x in triton_backend._LAUNCHES.values()
+            if any(phase == triton_backend._GROUPS for phase, _ in x.phases)
+        ]
         assert grouped, "the call did not take the two-level carry-in"
 
 

@@ -254,8 +254,17 @@ def _plan(
             # Triton in 3 stages (its loads issued asynchronously, stages ahead), no split
             # (sweep 26: 0.71-0.99x the time of the plans below at [32 .. 1024, 65536] and
             # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.13x, and
-            # Retrace 1.03-1.09x in 8 x 32 tiles, 0.99-1.51x in any tile timed: not taken)
+            # Retrace 1.03-1.09x in 8 x 32 tiles, 0.99-1.51x in any tile timed: not taken).
+            # From [256, 65536] in float32, GAE in 4 x 32 tiles and V-trace in 4 x 64 (sweep
+            # 27: 0.94-0.97x and 0.98-0.99x the time at T of 256-1024; 1.00-1.01x at T = 64;
+            # 1.15x and 1.47x at [128, 16384]; in bfloat16 1.08x and 1.19x; the other
+            # estimators 0.98-1.19x in 4 x 32 tiles)
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
+            if four_byte and N >= 65536 and T >= 256:
+                if vtrace:
+                    block_n = 64
+                elif kind == kernels.GAE.value:
+                    block_t = 4
         elif wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
             # a warp per 128 columns, each thread holding 8 rows of 4 (sweep 22), no split
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
@@ -267,10 +276,14 @@ def _plan(
             ):
                 block_t, block_n, prefetch = 8, 16, True
         elif time_major and 16384 <= N < 65536 and four_byte:  # (T >= 256: not `many`)
-            # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages, no
-            # split (sweep 26: 0.58-0.88x the time of the split plans below at [256 .. 4096,
-            # 16384], discounted returns 0.92-1.00x; GAE in bfloat16 1.13-1.30x, not taken)
+            # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages (GAE 3),
+            # no split (sweep 26: 0.58-0.88x the time of the split plans below at [256 ..
+            # 4096, 16384], discounted returns 0.92-1.00x; GAE in bfloat16 1.13-1.30x, not
+            # taken; GAE's 3 stages 0.94-0.97x the time of 4 at [512, 16384] and [4096,
+            # 16384] in sweep 27, 0.92-0.96x in sweep 26)
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
+            if kind == kernels.GAE.value:
+                stages = 3
         elif time_major and N >= 256 and T >= long_enough and (N < 16384 or not vtrace):
             # a warp per 64 columns in 4-step tiles (two rows of 4 columns a thread), split
             # along time into as many programs as the GPU runs at once (32 one-warp programs an
@@ -280,10 +293,15 @@ def _plan(
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
         elif time_major and N >= 16384:  # V-trace, T >= 256 below N = 65536: each thread
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # walks its column
-        elif time_major and N <= 16 and T >= 8192:
-            # few long sequences: one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
-            # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
-            # many chunks cheap; sweep 13); from T = 65536, the estimators with the fewest
+        elif time_major and N < 256 and T >= 512:
+            # few sequences (up to T = 16384 beyond 16 of them: see above): one-warp programs
+            # of 8 x 16 tiles in chunks of 32 steps (64 past T = 65536), at most 4096 programs
+            # along time (the two-level carry-in keeps many chunks cheap; sweep 13). Sweep 27
+            # took these from T = 512 (they ran from T = 8192 at N <= 16 before): 0.27-0.63x
+            # the time of the 128 x 16 tiles of 8 warps below at [512 .. 4096, 2 .. 16] for
+            # every estimator (at T = 256 0.62-1.06x, at T = 128 1.11-1.49x: not taken), and
+            # 0.43-0.76x that of the 32 x 32 tiles of 8 warps at [512 .. 8192, 32 .. 200]
+            # (Retrace 0.94x at [2048, 200]). From T = 65536, the estimators with the fewest
             # inputs run 128 / cols chunks side by side in a program instead, so that each
             # thread scans its own columns in registers (GAE, TD(lambda), V-trace and Retrace
             # measured slower that way at N = 16); with at most 4 or 8 sequences (see
@@ -298,9 +316,10 @@ def _plan(
                 stages = 3
             elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
-        elif time_major and N <= 16:  # few sequences: tall, narrow tiles
+        elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
-        elif time_major and N < 1024:
+        elif time_major and N < 1024:  # (16 < N < 256 below T = 512; to N = 1024 below 256,
+            # V-trace and Retrace below 512)
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major and 1 < T <= (16 if kind == kernels.RETRACE.value else 32):
             # short rollouts (1024 <= N < 16384): one-warp 16 x 8 tiles (sweep 23: the 64 x 16
@@ -326,7 +345,13 @@ def _plan(
             prefetch = kind == kernels.TRACES.value
         else:  # program (a warp); with few sequences, programs split along time
             block_n, unroll, target = 1, 1, 8 * sms
-            if T <= 2048:
+            if N == 1 and 256 < T <= (1024 if vtrace else 2048):  # one sequence: one tile of
+                # up to 2048 steps, 128 a warp (sweep 27: 0.44-0.63x the time of the split
+                # 128-step tiles below from T = 300 to 2048; V-trace 0.79x at T = 1000, 1.27x
+                # at 2048)
+                block_t, target = triton.next_power_of_2(T), 0
+                warps = min(8, block_t // 128)
+            elif T <= 2048:
                 block_t, warps = 128, 2
             elif N == 1 and T >= 524288:  # one long sequence: 1024-step tiles (sweep 13)
                 block_t, warps = 1024, 8
@@ -353,19 +378,37 @@ def _plan(
     return plan._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * segs) * segs)
 
 
+class _Phase(NamedTuple):
+    """Which part of a split scan a launch runs (``scan_kernel``'s constexprs of that name)."""
+
+    WRITE_TOTALS: bool = False  # each chunk's composite, nothing else
+    READ_TOTALS: bool = False  # the carry-in from the totals, then the scan and the outputs
+    GROUP_PASS: bool = False  # in-group prefixes and group totals (two-level carry-in)
+    RESIDENT: bool = False  # the whole split scan in one cooperative launch
+
+
+_WHOLE, _TOTALS, _GROUPS, _CARRIED, _RESIDENT = (
+    _Phase(),
+    _Phase(WRITE_TOTALS=True),
+    _Phase(GROUP_PASS=True),
+    _Phase(READ_TOTALS=True),
+    _Phase(RESIDENT=True),
+)
+
+
 class _Launch(NamedTuple):
     """Everything about a launch that depends only on shapes, strides and dtypes."""
 
     tail: tuple[int, ...]  # T, N, chunk, then the strides s_t, s_n, f_t, f_n, k_t, k_n, b_n,
     # o0_t, o0_n, o1_t, o1_n
     plan: Plan
-    grid: tuple[int, int]
+    phases: tuple  # ((_Phase, grid), ...): the kernel launches of a call, in order
     meta: dict
     totals_shape: tuple[int, int, int]
     totals_stride: tuple[int, int, int]  # (contiguous: kept so that a call does no arithmetic)
     totals_dtype: torch.dtype
-    group_grid: tuple[int, int] | None  # the group pass's grid (two-level carry-in), or None
-    pointers: tuple[int, ...]  # positions of the launch's tensors among its arguments
+    pointers: tuple[int, ...]  # positions of the launch's tensors among its arguments (then
+    # the chunk totals' position, when split)
     device: torch.device
     direct: dict  # (phase, pointer alignment) -> direct launcher, after a first launch
 
@@ -414,18 +457,21 @@ def _direct_launcher(compiled, meta: dict, phase: dict) -> tuple | None:
     )
 
 
-def whole_direct(launch: _Launch) -> tuple | None:
-    """The direct launcher (see `_direct_launcher`) of an unsplit launch with every tensor
-    16-byte aligned, if a call made one: what a replay needs to launch without `start`,
-    ``(run, head, tail)``, launched as ``run(grid_x, grid_y, 1, stream, *head, *args, *tail)``
-    with the call's arguments as `start` takes them."""
-    if launch.plan.n_chunks != 1:
-        return None
-    direct = launch.direct.get((_WHOLE, *(True,) * len(launch.pointers)))
-    if direct is None:
-        return None
-    run, head, constexprs = direct
-    return run, head, (None, *launch.tail, *constexprs)  # (no totals: as `start` passes them)
+def direct_launches(launch: _Launch) -> tuple | None:
+    """The direct launchers (see `_direct_launcher`) of every phase of a launch with every
+    tensor 16-byte aligned, if a call made them: what a replay needs to launch without
+    `start`, ``((run, grid, head, tail), ...)`` in phase order, each launched as
+    ``run(*grid, 1, stream, *head, *args, totals, *tail)`` with the call's arguments as `start`
+    takes them and the call's own chunk totals (`new_totals`; None unsplit)."""
+    aligned = (True,) * len(launch.pointers)
+    launches = []
+    for phase, grid in launch.phases:
+        direct = launch.direct.get((phase, *aligned))
+        if direct is None:
+            return None
+        run, head, constexprs = direct
+        launches.append((run, grid, head, (*launch.tail, *constexprs)))
+    return tuple(launches)
 
 
 # Launch descriptions by call signature: a training loop calls with the same shapes every
@@ -503,13 +549,19 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     if plan.resident:  # the chunk totals, then the barrier's counter
         totals = (1, 1, 2 * plan.n_chunks * N + 1)
     stride = (totals[1] * totals[2], totals[2], 1)
-    group_grid = (grid[0], n_groups) if meta["GROUP"] > 1 else None
+    if plan.n_chunks == 1:
+        phases = ((_WHOLE, grid),)
+    elif plan.resident:
+        phases = ((_RESIDENT, grid),)
+    else:  # totals, the group pass with many chunks (two-level carry-in), the carried scan
+        groups = ((_GROUPS, (grid[0], n_groups)),) if meta["GROUP"] > 1 else ()
+        phases = ((_TOTALS, grid), *groups, (_CARRIED, grid))
     # where the tensors are among the arguments `start` passes (`args`, totals, tail)
     args = (*x, *flags, *coefs, boot, *outs)
     pointers = tuple(i for i, a in enumerate(args) if isinstance(a, Tensor))
     pointers += (len(args),) * (plan.n_chunks > 1)
     return _Launch(
-        tail, plan, grid, meta, totals, stride, totals_dtype, group_grid, pointers, out0.device, {}
+        tail, plan, phases, meta, totals, stride, totals_dtype, pointers, out0.device, {}
     )
 
 
@@ -650,46 +702,30 @@ def _launch(
             r.copy_(o)
 
 
-class _Phase(NamedTuple):
-    """Which part of a split scan a launch runs (``scan_kernel``'s constexprs of that name)."""
-
-    WRITE_TOTALS: bool = False  # each chunk's composite, nothing else
-    READ_TOTALS: bool = False  # the carry-in from the totals, then the scan and the outputs
-    GROUP_PASS: bool = False  # in-group prefixes and group totals (two-level carry-in)
-    RESIDENT: bool = False  # the whole split scan in one cooperative launch
-
-
-_WHOLE, _TOTALS, _GROUPS, _CARRIED, _RESIDENT = (
-    _Phase(),
-    _Phase(WRITE_TOTALS=True),
-    _Phase(GROUP_PASS=True),
-    _Phase(READ_TOTALS=True),
-    _Phase(RESIDENT=True),
-)
+def new_totals(launch: _Launch) -> Tensor | None:
+    """The chunk totals a call's launches share: none unsplit; zeroed for a resident plan
+    (they end in the grid barrier's counter); else uninitialised."""
+    if launch.plan.n_chunks == 1:
+        return None
+    if launch.plan.resident:
+        return torch.zeros(launch.totals_shape, dtype=launch.totals_dtype, device=launch.device)
+    return _replay.empty(
+        launch.totals_shape, launch.totals_stride, launch.totals_dtype, launch.device
+    )
 
 
 def start(launch: _Launch, args: tuple) -> None:
     """Run a described launch on the call's tensors and scalars: once, or when the time axis is
     split, a first launch that writes each chunk's totals, with many chunks a second that scans
     them by groups, and a last that folds them in and scans; a resident plan's split scan in
-    one cooperative launch (its totals zeroed: they end in the grid barrier's counter)."""
+    one cooperative launch."""
     device = launch.device
     if device.type == "cuda" and device.index != torch._C._cuda_getDevice():
         with torch.cuda.device(device):  # Triton launches on the current device's stream
             return start(launch, args)
-    if launch.plan.n_chunks == 1:
-        return _run(launch, (*args, None, *launch.tail), launch.grid, _WHOLE)
-    if launch.plan.resident:
-        totals = torch.zeros(launch.totals_shape, dtype=launch.totals_dtype, device=device)
-        return _run(launch, (*args, totals, *launch.tail), launch.grid, _RESIDENT)
-    totals = _replay.empty(
-        launch.totals_shape, launch.totals_stride, launch.totals_dtype, launch.device
-    )
-    args = (*args, totals, *launch.tail)
-    _run(launch, args, launch.grid, _TOTALS)
-    if launch.group_grid is not None:
-        _run(launch, args, launch.group_grid, _GROUPS)
-    _run(launch, args, launch.grid, _CARRIED)
+    args = (*args, new_totals(launch), *launch.tail)
+    for phase, grid in launch.phases:
+        _run(launch, args, grid, phase)
 
 
 def _run(launch: _Launch, args: tuple, grid: tuple[int, int], phase: _Phase) -> None:
