@@ -232,14 +232,14 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
 
 
 def test_wide_float32_tiles_every_estimator():
-    """Time-major float32 from [256, 65536]: GAE in 4 x 32 tiles (the other estimators as
-    below T = 256: see SHAPES); masked columns, a partial last tile."""
+    """Time-major float32 from [256, 65536]: GAE in 4 x 32 tiles, V-trace in 4 x 64 (the
+    other estimators as below T = 256: see SHAPES); masked columns, a partial last tile."""
     import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
     T, N = 260, 65_552
     assert tb._plan(kernels.GAE.value, T, N, True, CUDA, four_byte=True)[:2] == (4, 32)
-    assert tb._plan(kernels.LAMBDA.value, T, N, True, CUDA, four_byte=True)[:2] == (8, 32)
+    assert tb._plan(kernels.VTRACE.value, T, N, True, CUDA, four_byte=True)[:2] == (4, 64)
     gen = torch.Generator(device=CUDA).manual_seed(T + N)
     d = _inputs((T, N), 0, torch.float32, gen)
     out_like = torch.full((T, N), float("nan"), device=CUDA)

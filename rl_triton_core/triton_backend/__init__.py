@@ -255,13 +255,17 @@ def _plan(
             # (sweep 26: 0.71-0.99x the time of the plans below at [32 .. 1024, 65536] and
             # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.13x, and
             # Retrace 1.03-1.09x in 8 x 32 tiles, 0.99-1.51x in any tile timed: not taken).
-            # From [256, 65536] in float32, GAE in 4 x 32 tiles (sweep 27: 0.94-0.97x the time
-            # at T of 256-1024; 1.00x at T = 64, 1.15x at [128, 16384], 1.08x in bfloat16; the
-            # other estimators 0.98-1.19x in them; V-trace in 4 x 64 tiles measured 0.98-0.99x
-            # in the sweep but 1.08x in the harness run of 4bb74d8: not taken)
+            # From [256, 65536] in float32, GAE in 4 x 32 tiles and V-trace in 4 x 64 (sweep
+            # 27: 0.94-0.97x and 0.98-0.99x the time at T of 256-1024, V-trace 0.98x in three
+            # harness rounds at [1024, 65536] against one outlier at 1.08x; 1.00-1.01x at T =
+            # 64; 1.15x and 1.47x at [128, 16384]; in bfloat16 1.08x and 1.19x; the other
+            # estimators 0.98-1.19x in 4 x 32 tiles)
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
-            if kind == kernels.GAE.value and four_byte and N >= 65536 and T >= 256:
-                block_t = 4
+            if four_byte and N >= 65536 and T >= 256:
+                if vtrace:
+                    block_n = 64
+                elif kind == kernels.GAE.value:
+                    block_t = 4
         elif wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
             # a warp per 128 columns, each thread holding 8 rows of 4 (sweep 22), no split
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
