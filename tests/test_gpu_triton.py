@@ -185,10 +185,11 @@ LAYOUTS = {
 # 8 x 16) in a 4-stage pipelined loop (a partial last tile); other dtypes: 4 x 64 tiles split
 # in 15 chunks, V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
 # (300, 1100): batch-major V-trace, a program per sequence; (1000, 1): one sequence in one
-# tile of 1024 steps (a partial one); (600, 16), (2000, 100) and (4096, 3): time-major few
-# sequences from T = 512, one-warp 8 x 16 tiles in chunks of 32 steps (partial last chunks;
-# masked columns at N = 100; at N = 3 chunks side by side as at (65_536, 3)); V-trace at
-# (16_384, 100) in them too
+# tile of 1024 steps (a partial one; two sequences in the torchrl layout); (600, 16),
+# (2000, 100), (1500, 6) and (4096, 3): time-major few sequences from T = 512, one-warp 8 x 16
+# tiles in chunks of 32 steps (partial last chunks; masked columns at N = 100 and 6; at N = 3
+# and 6 chunks side by side as at (65_536, 3)); V-trace at (16_384, 100) in them too;
+# (1500, 6) and (600, 16) batch-major (and torchrl): one tile a sequence (2048 and 1024 steps)
 SHAPES = [
     (1, 4096),
     (20, 1100),
@@ -214,6 +215,7 @@ SHAPES = [
     (1000, 1),
     (600, 16),
     (2000, 100),
+    (1500, 6),
 ]
 
 

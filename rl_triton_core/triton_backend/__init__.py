@@ -346,10 +346,12 @@ def _plan(
             prefetch = kind == kernels.TRACES.value
         else:  # program (a warp); with few sequences, programs split along time
             block_n, unroll, target = 1, 1, 8 * sms
-            if N == 1 and 256 < T <= (1024 if vtrace else 2048):  # one sequence: one tile of
-                # up to 2048 steps, 128 a warp (sweep 27: 0.44-0.63x the time of the split
-                # 128-step tiles below from T = 300 to 2048; V-trace 0.79x at T = 1000, 1.27x
-                # at 2048)
+            if N <= 16 and 256 < T <= (1024 if vtrace else 2048):  # a sequence in one tile of
+                # up to 2048 steps, 128 a warp, no split (sweep 27: one sequence 0.44-0.63x the
+                # time of the split 128-step tiles below from T = 300 to 2048, V-trace 0.79x at
+                # T = 1000, 1.27x at 2048; 2-16 sequences 0.39-0.69x at [600 .. 2048, 2 .. 16];
+                # V-trace of several sequences takes its 4-column tiles above; GAE 0.53-0.55x at
+                # N = 64, not taken: not run through the GPU tests)
                 block_t, target = triton.next_power_of_2(T), 0
                 warps = min(8, block_t // 128)
             elif T <= 2048:
