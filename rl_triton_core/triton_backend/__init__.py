@@ -256,10 +256,10 @@ def _plan(
             # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.13x, and
             # Retrace 1.03-1.09x in 8 x 32 tiles, 0.99-1.51x in any tile timed: not taken).
             # From [256, 65536] in float32, GAE in 4 x 32 tiles and V-trace in 4 x 64 (sweep
-            # 27: 0.94-0.97x and 0.98-0.99x the time at T of 256-1024, V-trace 0.98x in three
+            # 27: 0.94-0.98x and 0.98-0.99x the time at T of 256-1024, V-trace 0.98x in three
             # harness rounds at [1024, 65536] against one outlier at 1.08x; 1.00-1.01x at T =
             # 64; 1.15x and 1.47x at [128, 16384]; in bfloat16 1.08x and 1.19x; the other
-            # estimators 0.98-1.19x in 4 x 32 tiles)
+            # estimators 1.02-1.19x in 4 x 32 tiles)
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
             if four_byte and N >= 65536 and T >= 256:
                 if vtrace:
@@ -281,7 +281,7 @@ def _plan(
             # no split (sweep 26: 0.58-0.88x the time of the split plans below at [256 ..
             # 4096, 16384], discounted returns 0.92-1.00x; GAE in bfloat16 1.13-1.30x, not
             # taken; GAE's 3 stages 0.94-0.97x the time of 4 at [512, 16384] and [4096,
-            # 16384] in sweep 27, 0.92-0.96x in sweep 26)
+            # 16384] in sweep 27, 0.94-0.98x in sweep 26)
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
             if kind == kernels.GAE.value:
                 stages = 3
@@ -295,7 +295,8 @@ def _plan(
         elif time_major and N >= 16384:  # V-trace, T >= 256 below N = 65536: each thread
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # walks its column
         elif time_major and N < 256 and T >= 512:
-            # few sequences (up to T = 16384 beyond 16 of them: see above): one-warp programs
+            # few sequences (up to T = 16384 beyond 16 of them, but for V-trace: see above;
+            # V-trace of 17-255 sequences untimed from T = 16384 here): one-warp programs
             # of 8 x 16 tiles in chunks of 32 steps (64 past T = 65536), at most 4096 programs
             # along time (the two-level carry-in keeps many chunks cheap; sweep 13). Sweep 27
             # took these from T = 512 (they ran from T = 8192 at N <= 16 before): 0.27-0.63x
@@ -347,7 +348,7 @@ def _plan(
         else:  # program (a warp); with few sequences, programs split along time
             block_n, unroll, target = 1, 1, 8 * sms
             if N <= 16 and 256 < T <= (1024 if vtrace else 2048):  # a sequence in one tile of
-                # up to 2048 steps, 128 a warp, no split (sweep 27: one sequence 0.44-0.63x the
+                # up to 2048 steps, up to 8 warps, no split (sweep 27: one sequence 0.44-0.63x the
                 # time of the split 128-step tiles below from T = 300 to 2048, V-trace 0.79x at
                 # T = 1000, 1.27x at 2048; 2-16 sequences 0.39-0.69x at [600 .. 2048, 2 .. 16];
                 # V-trace of several sequences takes its 4-column tiles above; GAE 0.53-0.55x at
