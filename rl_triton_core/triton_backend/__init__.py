@@ -129,8 +129,8 @@ _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.va
                   kernels.VTRACE.value, kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
 # Estimators whose forward scans of float32 values run time-major tiles of 8 rows and 128
-# columns from N = 65536 (below T = 32 since sweep 26), each thread holding 8 rows of 4 columns (the scan in its registers,
-# 16-byte accesses; a warp per 128 columns), prefetching (sweep 22: 0.86-0.91x the time of
+# columns from N = 65536 (below T = 32 since sweep 26), each thread holding 8 rows of 4
+# columns (the scan in its registers, 16-byte accesses; a warp per 128 columns), prefetching (sweep 22: 0.86-0.91x the time of
 # the 4 x 32 tiles at [64 .. 1024, 65536], 0.93-1.00x at T = 16; the reverse scan 1.03-1.05x
 # and discounted returns 1.19x at N = 65536; bfloat16 traces 1.10x, a bfloat16 tile of 128
 # columns spanning two rows of lanes, though the bfloat16 forward scan measured 0.94x: one
@@ -314,7 +314,7 @@ def _plan(
             cols = max(4, triton.next_power_of_2(N))
             if N <= _NARROW_SIDE_BY_SIDE.get(kind, 0):  # at most 8 sequences: 64-column
                 block_n, target, segs = 64, 8 * sms, 64 // cols  # tiles of chunks side by side
-            elif N > 8 and not acc64 and T >= _PIPELINED_FEW_LONG.get(kind, math.inf):
+            elif 8 < N <= 16 and not acc64 and T >= _PIPELINED_FEW_LONG.get(kind, math.inf):
                 stages = 3
             elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
