@@ -334,6 +334,16 @@ def _plan(
             # (1.36x at [128, 16384], sweep 22)
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
+        elif 256 < T <= (1024 if vtrace else 2048) and N <= (256 if vtrace else 8 * sms - 1):
+            # batch-major: a sequence in one tile of up to 2048 steps, up to 8 warps, no split
+            # (sweep 27: one sequence 0.44-0.63x the time of the split 128-step tiles below
+            # from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16 sequences
+            # 0.39-0.69x at [600 .. 2048, 2 .. 16]. Sweep 28: 32-1000 sequences 0.43-0.78x
+            # at [300 .. 2048, 32 .. 1000]; V-trace 0.59-0.98x the time of its 4-column tiles
+            # below at [512 .. 1024, 4 .. 256], 1.18-1.27x at T = 2048 and 1.31x at [1024,
+            # 512]; from N = 8 x SMs 0.97-1.99x that of the one-warp 256-step tiles below)
+            block_t, block_n, unroll, target = triton.next_power_of_2(T), 1, 1, 0
+            warps = min(8, block_t // 128)
         elif vtrace and N > 1 and (T <= 64 or (N < 8 * sms and T <= 2048)):  # its vs_{t+1}
             # shuffle is cheap in short tiles (one sequence: 3 of their 4 columns would be
             # padding). Sweep 22, N >= 8 x SMs: to T = 64 these tiles take 0.81-0.88x the time of
@@ -347,15 +357,7 @@ def _plan(
             prefetch = kind == kernels.TRACES.value
         else:  # program (a warp); with few sequences, programs split along time
             block_n, unroll, target = 1, 1, 8 * sms
-            if N <= 16 and 256 < T <= (1024 if vtrace else 2048):  # a sequence in one tile of
-                # up to 2048 steps, up to 8 warps, no split (sweep 27: one sequence 0.44-0.63x the
-                # time of the split 128-step tiles below from T = 300 to 2048, V-trace 0.79x at
-                # T = 1000, 1.27x at 2048; 2-16 sequences 0.39-0.69x at [600 .. 2048, 2 .. 16];
-                # V-trace of several sequences takes its 4-column tiles above; GAE 0.53-0.55x at
-                # N = 64, not taken: not run through the GPU tests)
-                block_t, target = triton.next_power_of_2(T), 0
-                warps = min(8, block_t // 128)
-            elif T <= 2048:
+            if T <= 2048:  # (T <= 256, or V-trace of one sequence from T = 1025)
                 block_t, warps = 128, 2
             elif N == 1 and T >= 524288:  # one long sequence: 1024-step tiles (sweep 13)
                 block_t, warps = 1024, 8
