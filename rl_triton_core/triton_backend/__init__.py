@@ -296,9 +296,10 @@ def _plan(
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # walks its column
         elif time_major and N < 256 and T >= 512:
             # few sequences (up to T = 16384 beyond 16 of them, but for V-trace: see above;
-            # V-trace of 17-255 sequences untimed from T = 16384 here): one-warp programs
-            # of 8 x 16 tiles in chunks of 32 steps (64 past T = 65536), at most 4096 programs
-            # along time (the two-level carry-in keeps many chunks cheap; sweep 13). Sweep 27
+            # V-trace's from T = 16384 took 0.55-0.93x the time of the split 8 x 16 tiles
+            # above, sweep 28): one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
+            # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
+            # many chunks cheap; sweep 13). Sweep 27
             # took these from T = 512 (they ran from T = 8192 at N <= 16 before): 0.27-0.63x
             # the time of the 128 x 16 tiles of 8 warps below at [512 .. 4096, 2 .. 16] for
             # every estimator (at T = 256 0.62-1.06x, at T = 128 1.11-1.49x: not taken), and
