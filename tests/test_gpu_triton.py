@@ -162,8 +162,8 @@ LAYOUTS = {
 # sequence in 1024-step tiles (V-trace included); (300, 1100) and (2048, 1024): time-major, a
 # warp per 64 columns split to fill one wave (Retrace and V-trace from T = 512 only; with 132
 # SMs 128 chunks at 2048: the group pass), and batch-major one-sequence tiles scanned backward
-# by fours at N = 1100 (256-step tiles), one tile a sequence at N = 1024 (V-trace: its 64 x 4
-# tiles); (120, 1500):
+# by fours at N = 1100 (256-step tiles), one tile a sequence at N = 1024 (below 8 x SMs
+# sequences: 132 SMs on the H200; V-trace: its 64 x 4 tiles); (120, 1500):
 # time-major, one 128-step tile a program (a partial one), masked columns; (200_003, 2) and
 # (262_144, 4): time-major, resident (one cooperative launch) for GAE, TD(lambda), discounted
 # returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too;
@@ -192,7 +192,7 @@ LAYOUTS = {
 # and 6 chunks side by side as at (65_536, 3)); V-trace at (16_384, 100) in them too;
 # (1500, 6), (600, 16), (2000, 100) and (700, 200) batch-major (and torchrl): one tile a
 # sequence (2048, 1024, 2048 and 1024 steps; V-trace at (600, 16) and (700, 200) only: masked
-# steps, 17-255 sequences)
+# steps, and 17-255 sequences at (700, 200))
 SHAPES = [
     (1, 4096),
     (20, 1100),
@@ -259,14 +259,16 @@ def test_batch_major_shapes_in_one_tile():
     import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
-    for kind, T, N, tile in [
-        (kernels.GAE, 2048, 1024, 2048),
+    cases = [
         (kernels.LAMBDA, 2000, 100, 2048),
         (kernels.RETRACE, 1500, 6, 2048),
         (kernels.VTRACE, 700, 200, 1024),
         (kernels.VTRACE, 600, 16, 1024),
         (kernels.TRACES, 1000, 1, 1024),
-    ]:
+    ]
+    if 1024 < 8 * tb._sm_count(CUDA.index or 0):  # (below 8 x SMs sequences: 132 on the H200)
+        cases.append((kernels.GAE, 2048, 1024, 2048))
+    for kind, T, N, tile in cases:
         plan = tb._plan(kind.value, T, N, False, CUDA, reverse=kind != kernels.TRACES)
         assert (plan.block_t, plan.block_n, plan.n_chunks) == (tile, 1, 1), (kind, T, N, plan)
     assert tb._plan(kernels.VTRACE.value, 2048, 1024, False, CUDA).block_n == 4

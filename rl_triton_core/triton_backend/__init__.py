@@ -341,7 +341,7 @@ def _plan(
             # from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16 sequences
             # 0.39-0.69x at [600 .. 2048, 2 .. 16]. Sweep 28: 32-1000 sequences 0.43-0.78x
             # at [300 .. 2048, 32 .. 1000]; V-trace 0.59-0.98x the time of its 4-column tiles
-            # below at [512 .. 1024, 4 .. 256], 1.18-1.27x at T = 2048 and 1.31x at [1024,
+            # below at [512 .. 1024, 4 .. 256], 1.18-1.25x at T = 2048 and 1.31x at [1024,
             # 512]; from N = 8 x SMs 0.97-1.99x that of the one-warp 256-step tiles below)
             block_t, block_n, unroll, target = triton.next_power_of_2(T), 1, 1, 0
             warps = min(8, block_t // 128)
