@@ -364,6 +364,29 @@ except ImportError:  # pragma: no cover - the CPU-only torch path needs no Trito
     triton = None
 
 
+def pin_triton_ptxas() -> dict:
+    """Every Triton kernel of the run, ours and the compiled baselines', built by one ptxas:
+    Triton's own (unless ``TRITON_PTXAS_PATH`` is set already: the user's choice stays).
+    Without the pin, torch.compile's first compile of a Triton kernel sets that variable to
+    torch's bundled ptxas (``torch._inductor.codecache._set_triton_ptxas_path``), so that our
+    kernels compiled before it used Triton's ptxas (CUDA 12.8's with Triton 3.6) and those
+    compiled after it torch's: V-trace time-major [1024, 65536] measured 560.7 us compiled after
+    a compiled function, 503.8 us before (H200, torch 2.11+cu130; ``.dev`` probe of the
+    twentieth session). Returns the path and release for the metadata."""
+    key = "TRITON_PTXAS_PATH"
+    if triton is not None and key not in os.environ:
+        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+        if os.access(bundled, os.X_OK):
+            os.environ[key] = str(bundled)
+    path = os.environ.get(key)
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+        release = text.rsplit("release ", 1)[1].split(",")[0]
+    except (TypeError, OSError, IndexError):  # (no path, not runnable, no release line)
+        release = None
+    return {"triton_ptxas": path, "triton_ptxas_release": release}
+
+
 def empty_kernel_reference(clock: Clock) -> dict:
     """An empty Triton kernel: Python launch cost, and one CUDA-graph replay's device and
     full-call time (the reference of the graph-replay target)."""
@@ -688,6 +711,20 @@ def self_check() -> int:
         ),
     )
     check("padded elements", bl.padded_elements(long_) >= long_.T, str(bl.padded_elements(long_)))
+    saved = os.environ.pop("TRITON_PTXAS_PATH", None)
+    try:  # the ptxas pin: Triton's own when unset, the user's choice kept
+        got = pin_triton_ptxas()["triton_ptxas"]
+        own = triton is None or got == str(
+            Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
+        )
+        check("ptxas pinned to Triton's own", own, str(got))
+        os.environ["TRITON_PTXAS_PATH"] = "/a/user/ptxas"
+        got = pin_triton_ptxas()
+        check("ptxas of the user kept", got["triton_ptxas"] == "/a/user/ptxas", str(got))
+    finally:
+        os.environ.pop("TRITON_PTXAS_PATH", None)
+        if saved is not None:
+            os.environ["TRITON_PTXAS_PATH"] = saved
     check("wrong result is caught", bl.max_rel_err((want[0] + 1,), want[:1]) > 1e-3)
     check("nan is caught", not bl.max_rel_err((want[0] * math.nan,), want[:1]) <= 1.0)
 
@@ -899,6 +936,8 @@ def main(argv=None) -> int:
     deadline = START + budget - report_reserve_s if budget else None
 
     meta = machine_info(device)
+    if device.type == "cuda":
+        meta.update(pin_triton_ptxas())
     meta.update(grid=name, command=" ".join(sys.argv), budget_s=budget or None, configs=len(grid))
     print(
         f"rl-triton benchmark: {name} grid, {len(grid)} configurations on {meta['gpu'] or meta['cpu']}"

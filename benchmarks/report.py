@@ -162,7 +162,9 @@ def markdown(rows: list[dict], meta: dict, targets: list[dict]) -> str:
         f"{' (dirty)' if meta.get('git_dirty') else ''}"
         f"{', tree ' + meta['git_tree'][:10] if meta.get('git_tree') else ''}; torch "
         f"{meta.get('torch')}, triton "
-        f"{meta.get('triton')}, torchrl {meta.get('torchrl')}, SB3 {meta.get('stable_baselines3')}, "
+        f"{meta.get('triton')}"
+        f"{' (ptxas ' + meta['triton_ptxas_release'] + ')' if meta.get('triton_ptxas_release') else ''}"
+        f", torchrl {meta.get('torchrl')}, SB3 {meta.get('stable_baselines3')}, "
         f"Python {meta.get('python')}; grid `{meta.get('grid')}`, {meta.get('wall_s', 0):.0f} s."
     )
     lines.append(
