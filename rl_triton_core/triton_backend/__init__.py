@@ -129,12 +129,12 @@ _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.va
                   kernels.VTRACE.value, kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
 # Estimators whose forward scans of float32 values run time-major tiles of 8 rows and 128
-# columns from N = 65536 (below T = 32 since sweep 26), each thread holding 8 rows of 4
-# columns (the scan in its registers, 16-byte accesses; a warp per 128 columns), prefetching (sweep 22: 0.86-0.91x the time of
-# the 4 x 32 tiles at [64 .. 1024, 65536], 0.93-1.00x at T = 16; the reverse scan 1.03-1.05x
-# and discounted returns 1.19x at N = 65536; bfloat16 traces 1.10x, a bfloat16 tile of 128
-# columns spanning two rows of lanes, though the bfloat16 forward scan measured 0.94x: one
-# rule, by element size).
+# columns from N = 65536 (below T = 32 since sweep 26), each thread holding 8 rows of 4 columns
+# (the scan in its registers, 16-byte accesses; a warp per 128 columns), prefetching (sweep 22:
+# 0.86-0.91x the time of the 4 x 32 tiles at [64 .. 1024, 65536], 0.93-1.00x at T = 16; the
+# reverse scan 1.03-1.05x and discounted returns 1.19x at N = 65536; bfloat16 traces 1.10x, a
+# bfloat16 tile of 128 columns spanning two rows of lanes, though the bfloat16 forward scan
+# measured 0.94x: one rule, by element size).
 _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
 # Estimators whose wide time-major plans (below) run one-warp tiles of 8 rows and 16 columns,
 # prefetching, in place of a warp per 32 columns in 4-row tiles, from N = 65536 and T = 64
@@ -299,16 +299,16 @@ def _plan(
             # V-trace's from T = 16384 took 0.55-0.93x the time of the split 8 x 16 tiles
             # above, sweep 28): one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
             # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
-            # many chunks cheap; sweep 13). Sweep 27
-            # took these from T = 512 (they ran from T = 8192 at N <= 16 before): 0.27-0.63x
-            # the time of the 128 x 16 tiles of 8 warps below at [512 .. 4096, 2 .. 16] for
-            # every estimator (at T = 256 0.62-1.06x, at T = 128 1.11-1.49x: not taken), and
-            # 0.43-0.76x that of the 32 x 32 tiles of 8 warps at [512 .. 8192, 32 .. 200]
-            # (Retrace 0.94x at [2048, 200]). From T = 65536, the estimators with the fewest
-            # inputs run 128 / cols chunks side by side in a program instead, so that each
-            # thread scans its own columns in registers (GAE, TD(lambda), V-trace and Retrace
-            # measured slower that way at N = 16); with at most 4 or 8 sequences (see
-            # _NARROW_SIDE_BY_SIDE) 64 / cols chunks side by side at any such T (sweep 16)
+            # many chunks cheap; sweep 13). Sweep 27 took these from T = 512 (they ran from
+            # T = 8192 at N <= 16 before): 0.27-0.63x the time of the 128 x 16 tiles of 8 warps
+            # below at [512 .. 4096, 2 .. 16] for every estimator (at T = 256 0.62-1.06x, at
+            # T = 128 1.11-1.49x: not taken), and 0.43-0.76x that of the 32 x 32 tiles of 8
+            # warps at [512 .. 8192, 32 .. 200] (Retrace 0.94x at [2048, 200]). From T = 65536,
+            # the estimators with the fewest inputs run 128 / cols chunks side by side in a
+            # program instead, so that each thread scans its own columns in registers (GAE,
+            # TD(lambda), V-trace and Retrace measured slower that way at N = 16); with at most
+            # 4 or 8 sequences (see _NARROW_SIDE_BY_SIDE) 64 / cols chunks side by side at any
+            # such T (sweep 16)
             min_chunk = 32 if T <= 65536 else 64
             block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
             prefetch = kind in _PREFETCH_FEW_LONG
