@@ -364,6 +364,13 @@ except ImportError:  # pragma: no cover - the CPU-only torch path needs no Trito
     triton = None
 
 
+def triton_own_ptxas() -> str | None:
+    """The ptxas bundled with the installed Triton (None without Triton)."""
+    if triton is None:
+        return None
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
+
+
 def pin_triton_ptxas() -> dict:
     """Every Triton kernel of the run, ours and the compiled baselines', built by one ptxas:
     Triton's own (unless ``TRITON_PTXAS_PATH`` is set already: the user's choice stays).
@@ -374,10 +381,9 @@ def pin_triton_ptxas() -> dict:
     a compiled function, 503.8 us before (H200, torch 2.11+cu130; ``.dev`` probe of the
     twentieth session). Returns the path and release for the metadata."""
     key = "TRITON_PTXAS_PATH"
-    if triton is not None and key not in os.environ:
-        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-        if os.access(bundled, os.X_OK):
-            os.environ[key] = str(bundled)
+    own = triton_own_ptxas()
+    if own is not None and key not in os.environ and os.access(own, os.X_OK):
+        os.environ[key] = own
     path = os.environ.get(key)
     try:
         text = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
@@ -714,10 +720,8 @@ def self_check() -> int:
     saved = os.environ.pop("TRITON_PTXAS_PATH", None)
     try:  # the ptxas pin: Triton's own when unset, the user's choice kept
         got = pin_triton_ptxas()["triton_ptxas"]
-        own = triton is None or got == str(
-            Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
-        )
-        check("ptxas pinned to Triton's own", own, str(got))
+        own = triton_own_ptxas()
+        check("ptxas pinned to Triton's own", got == own or not os.access(own, os.X_OK), str(got))
         os.environ["TRITON_PTXAS_PATH"] = "/a/user/ptxas"
         got = pin_triton_ptxas()
         check("ptxas of the user kept", got["triton_ptxas"] == "/a/user/ptxas", str(got))
