@@ -178,8 +178,10 @@ LAYOUTS = {
 # (200_003, 2) and (262_144, 4), and (1_000_000, 1) in the torchrl layout (two sequences):
 # backward scans in one-warp 256-step tiles (V-trace 128) scanned by fours, split in 16-1954
 # chunks a sequence (partial last chunks and tiles; past 1024 chunks with a group pass: 1954 at
-# (1_000_000, 1) in the torchrl layout, V-trace's 1563 at (200_003, 2)), forward scans in
-# 512-step tiles of 4 warps;
+# (1_000_000, 1) in the torchrl layout, V-trace's 1563 at (200_003, 2)), forward scans of up
+# to 64 sequences in 1024-step tiles of 8 warps, a tile or more a chunk, about 4 x SMs chunks
+# (4-489 chunks a sequence: partial last chunks at (200_003, 2) and (1_000_000, 1)), of 100
+# sequences at (16_384, 100) in 512-step tiles of 4 warps;
 # (20, 1100) and (12, 1100): time-major short rollouts in one-warp 16 x 8 tiles (partial tiles
 # of 4 and 12 steps, masked columns; Retrace in them at T = 12 only, in 64 x 16 tiles at T =
 # 20); (300, 16_400): time-major float32, unsplit one-warp 16 x 16 tiles (V-trace, Retrace

@@ -367,6 +367,13 @@ def _plan(
                 # in 8 x SMs programs below, for one sequence from 2^19 1024-step tiles in
                 # 2-tile chunks; in 8 x SMs programs 0.98-1.07x, in one-tile chunks up to 1.56x)
                 block_t, warps, target, min_chunk = 1024, 8, 4 * sms, 1024
+            elif N == 1 and T >= 524288:  # one long sequence, backward: 1024-step tiles
+                # of 8 warps in 2-tile chunks (sweep 13). The one-warp tiles below took
+                # 0.71-0.98x the device time at [2^19 .. 2^21, 1] for GAE, TD(lambda) and
+                # discounted returns (sweep 29; Retrace, the backward scan 0.97-1.05x to 2^20,
+                # V-trace 0.35x at 2^21), but in 2048-4096 chunks, with a group pass: a third
+                # launch, which costs a full call more host time than that saves
+                block_t, warps = 1024, 8
             elif not reverse:  # forward scans: in the one-warp tiles below traces took
                 # 1.12-1.18x the time at [131072 .. 1048576, 16] and [65536, 256], 0.82-1.02x
                 # at smaller shapes (sweep 25)
@@ -375,11 +382,7 @@ def _plan(
                 # fours, about 32 x SMs programs of a tile or more (sweep 25: 0.70-0.97x the
                 # time of 4-warp 512-step tiles in 8 x SMs programs from [4096, 16] to
                 # [1048576, 16] and [4096, 1000]; V-trace 0.52-0.79x that of its 4-column
-                # tiles, of one sequence 0.81x and 1.07x at [131072, 1] and [262144, 1]). One
-                # sequence from 2^19 steps too since sweep 29 (0.71-0.98x the time of the
-                # 1024-step 8-warp tiles it ran in at [2^19 .. 2^21, 1] for GAE, TD(lambda) and
-                # discounted returns, Retrace and the backward scan 0.97-1.05x to 2^20 and
-                # 0.77-0.87x at 2^21, V-trace 0.35x at 2^21)
+                # tiles, of one sequence 0.81x and 1.07x at [131072, 1] and [262144, 1])
                 block_t, warps, target = (128 if vtrace else 256), 1, 32 * sms
                 min_chunk = block_t
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
