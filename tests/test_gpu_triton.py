@@ -179,7 +179,7 @@ LAYOUTS = {
 # backward scans in one-warp 256-step tiles (V-trace 128) scanned by fours, split in 16-1954
 # chunks a sequence (partial last chunks and tiles; past 1024 chunks with a group pass: 1954 at
 # (1_000_000, 1) in the torchrl layout, V-trace's 1563 at (200_003, 2)), forward scans of up
-# to 64 sequences in 1024-step tiles of 8 warps, a tile or more a chunk, about 4 x SMs chunks
+# to 64 sequences in 1024-step tiles of 8 warps, a tile or more a chunk, about 4 x SMs programs
 # (4-489 chunks a sequence: partial last chunks at (200_003, 2) and (1_000_000, 1)), of 100
 # sequences at (16_384, 100) in 512-step tiles of 4 warps;
 # (20, 1100) and (12, 1100): time-major short rollouts in one-warp 16 x 8 tiles (partial tiles
@@ -274,6 +274,23 @@ def test_batch_major_shapes_in_one_tile():
         plan = tb._plan(kind.value, T, N, False, CUDA, reverse=kind != kernels.TRACES)
         assert (plan.block_t, plan.block_n, plan.n_chunks) == (tile, 1, 1), (kind, T, N, plan)
     assert tb._plan(kernels.VTRACE.value, 2048, 1024, False, CUDA).block_n == 4
+
+
+def test_batch_major_forward_scan_tiles():
+    """The batch-major forward scans of SHAPES said above to run 1024-step tiles of 8 warps (up
+    to 64 sequences, split in about 4 x SMs programs) do, and (16_384, 100) keeps the 512-step
+    tiles of 4 warps: the large-shape tests reach both sides of the rule."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    most = 4 * tb._sm_count(CUDA.index or 0)
+    for kind, T, N in ((kernels.TRACES, 131_072, 16), (kernels.SCAN, 200_003, 2),
+                       (kernels.TRACES, 4096, 3), (kernels.TRACES, 1_000_000, 1)):  # fmt: skip
+        plan = tb._plan(kind.value, T, N, False, CUDA, reverse=False)
+        assert (plan.block_t, plan.num_warps) == (1024, 8), (kind, T, N, plan)
+        assert plan.chunk % 1024 == 0 and N * plan.n_chunks <= most, (kind, T, N, plan)
+    plan = tb._plan(kernels.TRACES.value, 16_384, 100, False, CUDA, reverse=False)
+    assert (plan.block_t, plan.num_warps) == (512, 4), plan
 
 
 @pytest.mark.parametrize(
