@@ -194,7 +194,11 @@ LAYOUTS = {
 # and 6 chunks side by side as at (65_536, 3)); V-trace at (16_384, 100) in them too;
 # (1500, 6), (600, 16), (2000, 100) and (700, 200) batch-major (and torchrl): one tile a
 # sequence (2048, 1024, 2048 and 1024 steps; V-trace at (600, 16) and (700, 200) only: masked
-# steps, and 17-255 sequences at (700, 200))
+# steps, and 17-255 sequences at (700, 200)); (3000, 100), (5000, 300) and (4100, 600)
+# batch-major (and torchrl): each sequence walked unsplit by one program past T = 2048, forward
+# scans (traces, the forward scan) in 2048-step tiles of 8 warps (512 x 4 at N = 600),
+# backward ones at N = 600 in 1024-step tiles of 4 warps (partial last tiles; V-trace and the
+# backward scans at N = 100 and 300 split)
 SHAPES = [
     (1, 4096),
     (20, 1100),
@@ -222,6 +226,9 @@ SHAPES = [
     (2000, 100),
     (1500, 6),
     (700, 200),
+    (3000, 100),
+    (5000, 300),
+    (4100, 600),
 ]
 
 
@@ -291,6 +298,22 @@ def test_batch_major_forward_scan_tiles():
         assert plan.chunk % 1024 == 0 and N * plan.n_chunks <= most, (kind, T, N, plan)
     plan = tb._plan(kernels.TRACES.value, 16_384, 100, False, CUDA, reverse=False)
     assert (plan.block_t, plan.num_warps) == (512, 4), plan
+
+
+def test_batch_major_unsplit_walks():
+    """The batch-major SHAPES said above to walk each sequence unsplit do, in the tiles said, and
+    V-trace at (4100, 600) and the backward scans at (5000, 300) stay split."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    cases = [(kernels.TRACES, 3000, 100, False, 2048, 8), (kernels.SCAN, 5000, 300, False, 2048, 8),
+             (kernels.TRACES, 4100, 600, False, 512, 4), (kernels.GAE, 4100, 600, True, 1024, 4),
+             (kernels.SCAN, 4100, 600, True, 1024, 4)]  # fmt: skip
+    for kind, T, N, reverse, block_t, warps in cases:
+        plan = tb._plan(kind.value, T, N, False, CUDA, reverse=reverse)
+        assert (plan.block_t, plan.num_warps, plan.n_chunks) == (block_t, warps, 1), (kind, plan)
+    assert tb._plan(kernels.VTRACE.value, 4100, 600, False, CUDA).n_chunks > 1
+    assert tb._plan(kernels.GAE.value, 5000, 300, False, CUDA).n_chunks > 1
 
 
 @pytest.mark.parametrize(
