@@ -198,7 +198,8 @@ LAYOUTS = {
 # batch-major (and torchrl): each sequence walked unsplit by one program past T = 2048, forward
 # scans (traces, the forward scan) in 2048-step tiles of 8 warps (512 x 4 at N = 600),
 # backward ones at N = 600 in 1024-step tiles of 4 warps (partial last tiles; V-trace and the
-# backward scans at N = 100 and 300 split)
+# backward scans at N = 100 and 300 split; at (4100, 600) other dtypes than float32 run
+# time-major only, as T x N > 2M)
 SHAPES = [
     (1, 4096),
     (20, 1100),
@@ -306,6 +307,9 @@ def test_batch_major_unsplit_walks():
     import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
+    sms = tb._sm_count(CUDA.index or 0)
+    if not 4 * sms < 600 < 8 * sms:
+        pytest.skip("the shapes sit on the rule's sides with 76-149 SMs (132 on the H200)")
     cases = [(kernels.TRACES, 3000, 100, False, 2048, 8), (kernels.SCAN, 5000, 300, False, 2048, 8),
              (kernels.TRACES, 4100, 600, False, 512, 4), (kernels.GAE, 4100, 600, True, 1024, 4),
              (kernels.SCAN, 4100, 600, True, 1024, 4)]  # fmt: skip
@@ -313,7 +317,8 @@ def test_batch_major_unsplit_walks():
         plan = tb._plan(kind.value, T, N, False, CUDA, reverse=reverse)
         assert (plan.block_t, plan.num_warps, plan.n_chunks) == (block_t, warps, 1), (kind, plan)
     assert tb._plan(kernels.VTRACE.value, 4100, 600, False, CUDA).n_chunks > 1
-    assert tb._plan(kernels.GAE.value, 5000, 300, False, CUDA).n_chunks > 1
+    for kind in (kernels.GAE, kernels.SCAN):
+        assert tb._plan(kind.value, 5000, 300, False, CUDA, reverse=True).n_chunks > 1, kind
 
 
 @pytest.mark.parametrize(

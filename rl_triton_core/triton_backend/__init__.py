@@ -168,17 +168,21 @@ _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65
 
 
 def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[int, int] | None:
-    """``(block_t, num_warps)`` where a batch-major call of 2048 < T steps and N < 8 x SMs
-    sequences walks each sequence in one program, unsplit, instead of the split plans of few
-    sequences; None elsewhere. Sweep 30 (H200; 8-warp programs fit 4 an SM, 4-warp ones 8):
+    """``(block_t, num_warps)`` where a batch-major call (the caller's branch) of 2048 < T steps
+    and N < 8 x SMs sequences walks each sequence in one program, unsplit, instead of the split
+    plans of few sequences; None elsewhere. Sweep 30 (H200, float32; 8-warp programs fit 4 an
+    SM, 4-warp ones 8):
     * forward scans of up to 4 x SMs sequences (65 or more up to T = 4096, 256 or more at any
       T): 2048-step tiles of 8 warps, 0.60-0.98x the time at [2049 .. 131072, 65 .. 528] (at
-      N = 528 and T of 2049-3000 0.95-1.05x; below N = 256 past T = 4096 0.89-2.16x, not
+      N = 528 and T of 2049-3000 0.98-1.05x; below N = 256 past T = 4096 0.89-2.16x, not
       taken); of more, 512-step tiles of 4 warps, 0.61-0.86x at [2049 .. 65536, 600 .. 1000]
       (2048-step tiles there 0.97-1.13x at T = 2049: a second tile of one step);
     * backward scans of more than 4 x SMs sequences from T = 4096, V-trace's aside (1.6-4.0x
       in unsplit tiles of 4-8 warps at N = 300-1000): 1024-step tiles of 4 warps, 0.55-0.98x at
-      [4096 .. 65536, 600 .. 1000] (at T = 2049 0.95-1.76x, not taken)."""
+      [4096 .. 65536, 600 .. 1000] (at T = 2049 0.95-1.76x; at N = 300 and 528 unsplit 8-warp
+      tiles 0.61-1.59x: not taken)."""
+    if T <= 2048 or N >= 8 * sms:
+        return None
     if not reverse and N > 64 and (T <= 4096 or N >= 256):
         return (2048, 8) if N <= 4 * sms else (512, 4)
     if reverse and kind != kernels.VTRACE.value and N > 4 * sms and T >= 4096:
@@ -364,7 +368,7 @@ def _plan(
             # 512]; from N = 8 x SMs 0.97-1.99x that of the one-warp 256-step tiles below)
             block_t, block_n, unroll, target = triton.next_power_of_2(T), 1, 1, 0
             warps = min(8, block_t // 128)
-        elif T > 2048 and N < 8 * sms and (walk := _unsplit_walk(kind, T, N, reverse, sms)):
+        elif walk := _unsplit_walk(kind, T, N, reverse, sms):
             # batch-major past T = 2048: a program walks a sequence in tiles (see _unsplit_walk)
             (block_t, warps), block_n, unroll, target = walk, 1, 1, 0
         elif vtrace and N > 1 and (T <= 64 or (N < 8 * sms and T <= 2048)):  # its vs_{t+1}
@@ -377,7 +381,7 @@ def _plan(
             # program (a warp); V-trace in 128-step tiles (0.95-0.99x of 256 from T = 256)
             block_t = 128 if T <= 128 or vtrace else 256
             block_n, unroll, warps, target = 1, 1, 1, 0
-            # (the forward scan too since sweep 30: 0.45-1.03x the time without at [16 ..
+            # (the forward scan too since sweep 30: 0.45-1.04x the time without at [16 ..
             # 65536, 1056 .. 65536])
             prefetch = kind == kernels.TRACES.value or (kind == kernels.SCAN.value and not reverse)
         else:  # program (a warp); with few sequences, programs split along time
@@ -398,15 +402,17 @@ def _plan(
                 # V-trace 0.35x at 2^21), but in 2048-4096 chunks, with a group pass: a third
                 # launch, which costs a full call more host time than that saves
                 block_t, warps = 1024, 8
-            elif not reverse:  # forward scans: in the one-warp tiles below traces took
-                # 1.12-1.18x the time at [131072 .. 1048576, 16] and [65536, 256], 0.82-1.02x
-                # at smaller shapes (sweep 25)
+            elif not reverse:  # forward scans (65-255 sequences past T = 4096 since sweep 30;
+                # more: _unsplit_walk): in the one-warp tiles below traces took 1.12-1.18x the
+                # time at [131072 .. 1048576, 16] and [65536, 256], 0.82-1.02x at smaller
+                # shapes (sweep 25)
                 block_t, warps = 512, 4
             else:  # backward scans: one-warp tiles of 256 steps (V-trace 128) scanned by
                 # fours, about 32 x SMs programs of a tile or more (sweep 25: 0.70-0.97x the
                 # time of 4-warp 512-step tiles in 8 x SMs programs from [4096, 16] to
-                # [1048576, 16] and [4096, 1000]; V-trace 0.52-0.79x that of its 4-column
-                # tiles, of one sequence 0.81x and 1.07x at [131072, 1] and [262144, 1])
+                # [1048576, 16] and [4096, 1000], which _unsplit_walk takes since sweep 30;
+                # V-trace 0.52-0.79x that of its 4-column tiles, of one sequence 0.81x and
+                # 1.07x at [131072, 1] and [262144, 1])
                 block_t, warps, target = (128 if vtrace else 256), 1, 32 * sms
                 min_chunk = block_t
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
