@@ -640,6 +640,15 @@ def _git_tree() -> str | None:
         return _git("write-tree", env=index)
 
 
+def _tree_commit(tree: str | None) -> str | None:
+    """The newest commit (of any ref) whose files are exactly ``tree``, or None (uncommitted
+    files, or git metadata older than them)."""
+    log = _git("log", "--all", "--format=%H %T") if tree else None
+    return next(
+        (c for c, t in (line.split() for line in (log or "").splitlines()) if t == tree), None
+    )
+
+
 def machine_info(device: torch.device) -> dict:
     cpu = platform.processor()
     try:
@@ -667,7 +676,8 @@ def machine_info(device: torch.device) -> dict:
         "rl_triton_core": getattr(rtc, "__version__", None),
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,  # tracked files changed
-        "git_tree": _git_tree(),
+        "git_tree": (tree := _git_tree()),
+        "git_tree_commit": _tree_commit(tree),  # (the commit of the files run, HEAD or not)
         "platform": platform.platform(),
         "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
@@ -771,13 +781,21 @@ def self_check() -> int:
         ),
         str(tree),
     )
-    text = report.markdown(rows, {**meta, "git_tree": "0123456789abcdef"}, list(targets.values()))
+    check("tree commit", tree is None or _tree_commit(_git("rev-parse", "HEAD^{tree}")) is not None)
+    fake = {**meta, "git_commit": "f" * 40, "git_tree": "0123456789abcdef", "git_tree_commit": None}
+    text = report.markdown(rows, fake, list(targets.values()))
     check(
         "markdown",
         "## Headline" in text
         and "vs doubling-compiled" in text
         and "| gae |" in text
-        and ", tree 0123456789;" in text,
+        and "uncommitted files (tree 0123456789; HEAD ffffffffff" in text
+        and ", commit 0123456789 (tree 0123456789);"
+        in report.markdown(
+            rows,
+            {**fake, "git_commit": fake["git_tree"], "git_tree_commit": fake["git_tree"]},
+            list(targets.values()),
+        ),
     )
     clock = Clock(cpu)
     check(

@@ -154,13 +154,24 @@ def _f(x, spec=".1f", suffix="") -> str:
     return "—" if x is None else f"{x:{spec}}{suffix}"
 
 
+def _revision(meta: dict) -> str:
+    """Which files ran: the commit whose files they are (``git_tree_commit``, and the checkout's
+    HEAD where that differs: a copy of a working tree with older git metadata), else the
+    uncommitted tree and HEAD."""
+    head = f"{str(meta.get('git_commit'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}"
+    tree, commit = (meta.get("git_tree") or "")[:10], (meta.get("git_tree_commit") or "")[:10]
+    if not tree:
+        return f"commit {head}"
+    if not commit:
+        return f"uncommitted files (tree {tree}; HEAD {head})"
+    return f"commit {commit} (tree {tree}{'' if head.startswith(commit) else '; HEAD ' + head})"
+
+
 def markdown(rows: list[dict], meta: dict, targets: list[dict]) -> str:
     ours = "ours-triton" if meta.get("device", "").startswith("cuda") else "ours-torch"
     lines = [f"# rl-triton benchmark: {meta.get('gpu') or meta.get('cpu')}", ""]
     lines.append(
-        f"{meta.get('date')}, commit {str(meta.get('git_commit'))[:10]}"
-        f"{' (dirty)' if meta.get('git_dirty') else ''}"
-        f"{', tree ' + meta['git_tree'][:10] if meta.get('git_tree') else ''}; torch "
+        f"{meta.get('date')}, {_revision(meta)}; torch "
         f"{meta.get('torch')}, triton "
         f"{meta.get('triton')}"
         f"{' (ptxas ' + meta['triton_ptxas_release'] + ')' if meta.get('triton_ptxas_release') else ''}"
