@@ -168,24 +168,36 @@ _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65
 
 
 def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[int, int] | None:
-    """``(block_t, num_warps)`` where a batch-major call (the caller's branch) of 2048 < T steps
-    and N < 8 x SMs sequences walks each sequence in one program, unsplit, instead of the split
-    plans of few sequences; None elsewhere. Sweep 30 (H200, float32; 8-warp programs fit 4 an
-    SM, 4-warp ones 8):
-    * forward scans of up to 4 x SMs sequences (65 or more up to T = 4096, 256 or more at any
-      T): 2048-step tiles of 8 warps, 0.60-0.98x the time at [2049 .. 131072, 65 .. 528] (at
-      N = 528 and T of 2049-3000 0.98-1.05x; below N = 256 past T = 4096 0.89-2.16x, not
-      taken); of more, 512-step tiles of 4 warps, 0.61-0.86x at [2049 .. 65536, 600 .. 1000]
-      (2048-step tiles there 0.97-1.13x at T = 2049: a second tile of one step);
-    * backward scans of more than 4 x SMs sequences from T = 4096, V-trace's aside (1.6-4.0x
-      in unsplit tiles of 4-8 warps at N = 300-1000): 1024-step tiles of 4 warps, 0.55-0.98x at
-      [4096 .. 65536, 600 .. 1000] (at T = 2049 0.95-1.76x; at N = 300 and 528 unsplit 8-warp
-      tiles 0.61-1.59x: not taken)."""
+    """``(block_t, num_warps)`` where a batch-major call (the caller's branch) of more than 256
+    steps runs each sequence in one program, unsplit, instead of the split plans of few
+    sequences (tile width 1); None elsewhere.
+    * Up to T = 2048 (V-trace 1024) and 8 x SMs - 1 sequences (V-trace 256): one tile of
+      next_pow2(T) steps, up to 8 warps (sweep 27: one sequence 0.44-0.63x the time of the
+      split 128-step tiles from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16
+      sequences 0.39-0.69x at [600 .. 2048, 2 .. 16]. Sweep 28: 32-1000 sequences 0.43-0.78x
+      at [300 .. 2048, 32 .. 1000]; V-trace 0.59-0.98x the time of its 4-column tiles at
+      [512 .. 1024, 4 .. 256], 1.18-1.25x at T = 2048 and 1.31x at [1024, 512]; from N = 8 x
+      SMs 0.97-1.99x that of the one-warp 256-step tiles).
+    * Past T = 2048, below 8 x SMs sequences, a walk of several tiles (sweep 30, H200,
+      float32; 8-warp programs fit 4 an SM, 4-warp ones 8):
+      - forward scans of up to 4 x SMs sequences (65 or more up to T = 4096, 256 or more at
+        any T): 2048-step tiles of 8 warps, 0.60-0.98x the time at [2049 .. 131072, 65 .. 528]
+        (at N = 528 and T of 2049-3000 0.98-1.05x; below N = 256 past T = 4096 0.89-2.16x, not
+        taken); of more, 512-step tiles of 4 warps, 0.61-0.86x at [2049 .. 65536, 600 .. 1000]
+        (2048-step tiles there 0.97-1.13x at T = 2049: a second tile of one step);
+      - backward scans of more than 4 x SMs sequences from T = 4096, V-trace's aside (1.6-4.0x
+        in unsplit tiles of 4-8 warps at N = 300-1000): 1024-step tiles of 4 warps, 0.55-0.98x
+        at [4096 .. 65536, 600 .. 1000] (at T = 2049 0.95-1.76x; at N = 300 and 528 unsplit
+        8-warp tiles 0.61-1.59x: not taken)."""
+    vtrace = kind == kernels.VTRACE.value
+    if 256 < T <= (1024 if vtrace else 2048) and N <= (256 if vtrace else 8 * sms - 1):
+        block_t = triton.next_power_of_2(T)
+        return block_t, min(8, block_t // 128)
     if T <= 2048 or N >= 8 * sms:
         return None
     if not reverse and N > 64 and (T <= 4096 or N >= 256):
         return (2048, 8) if N <= 4 * sms else (512, 4)
-    if reverse and kind != kernels.VTRACE.value and N > 4 * sms and T >= 4096:
+    if reverse and not vtrace and N > 4 * sms and T >= 4096:
         return 1024, 4
     return None
 
@@ -358,18 +370,9 @@ def _plan(
             # (1.36x at [128, 16384], sweep 22)
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
-        elif 256 < T <= (1024 if vtrace else 2048) and N <= (256 if vtrace else 8 * sms - 1):
-            # batch-major: a sequence in one tile of up to 2048 steps, up to 8 warps, no split
-            # (sweep 27: one sequence 0.44-0.63x the time of the split 128-step tiles below
-            # from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16 sequences
-            # 0.39-0.69x at [600 .. 2048, 2 .. 16]. Sweep 28: 32-1000 sequences 0.43-0.78x
-            # at [300 .. 2048, 32 .. 1000]; V-trace 0.59-0.98x the time of its 4-column tiles
-            # below at [512 .. 1024, 4 .. 256], 1.18-1.25x at T = 2048 and 1.31x at [1024,
-            # 512]; from N = 8 x SMs 0.97-1.99x that of the one-warp 256-step tiles below)
-            block_t, block_n, unroll, target = triton.next_power_of_2(T), 1, 1, 0
-            warps = min(8, block_t // 128)
         elif walk := _unsplit_walk(kind, T, N, reverse, sms):
-            # batch-major past T = 2048: a program walks a sequence in tiles (see _unsplit_walk)
+            # batch-major: a program a sequence, in one tile up to T = 2048, else walking tiles
+            # (see _unsplit_walk), no split
             (block_t, warps), block_n, unroll, target = walk, 1, 1, 0
         elif vtrace and N > 1 and (T <= 64 or (N < 8 * sms and T <= 2048)):  # its vs_{t+1}
             # shuffle is cheap in short tiles (one sequence: 3 of their 4 columns would be
