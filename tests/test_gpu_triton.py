@@ -321,6 +321,63 @@ def test_batch_major_unsplit_walks():
         assert tb._plan(kind.value, 5000, 300, False, CUDA, reverse=True).n_chunks > 1, kind
 
 
+# (300, 1100) batch-major: unsplit 256-step one-warp tiles (a partial last one), backward by
+# eights (V-trace's 128-step tiles by fours); (131_072, 16) batch-major: the same tiles split
+# (the totals pass by fours); time-major: (131_072, 16) split 8 x 16 tiles, (65_536, 3) chunks
+# side by side, (200_003, 2) resident, (2048, 1024) one wave of 4 x 64 tiles; (1_000_000, 1)
+# one sequence split in 1024-step tiles of 8 warps. Unsplit scans load bootstrap_value once a
+# program, the passes of split and resident ones where a tile reaches the last step
+# (kernels.scan_kernel; at (65_536, 3) by lanes of chunks side by side)
+BOOTSTRAP_SHAPES = [(300, 1100, 1), (131_072, 16, 1), (131_072, 16, 0), (65_536, 3, 0),
+                    (200_003, 2, 0), (2048, 1024, 0), (1_000_000, 1, 0)]  # fmt: skip
+
+
+@pytest.mark.parametrize("T,N,time_dim", BOOTSTRAP_SHAPES)
+def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
+    """The estimators that take ``bootstrap_value`` (no next_values) match the float64 torch
+    backend with poisoned outputs in every plan kind above, and batch-major backward scans take
+    the tiles by eights or fours said there."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    shape = (T, N) if time_dim == 0 else (N, T)
+    gen = torch.Generator(device=CUDA).manual_seed(T + N + time_dim)
+    d = _inputs(shape, time_dim, torch.float32, gen)
+    boot = torch.randn(N, generator=gen, device=CUDA)
+    f64 = dict(_f64(d), boot=boot.double())
+    calls = {
+        "gae": lambda x, b: (x["rewards"], x["values"], x["term"]),
+        "lambda_returns": lambda x, b: (x["rewards"], x["values"], x["term"]),
+        "discounted_returns": lambda x, b: (x["rewards"], x["term"]),
+        "vtrace": lambda x, b: (x["rewards"], x["values"], x["tlp"], x["blp"], x["term"]),
+        "linear_scan": None,
+    }
+    tb._LAUNCHES.clear()
+    for name, args in calls.items():
+        fn = getattr(rtc, name)
+        if args is None:  # (the backward scan: its initial state, no bootstrap value)
+            a, r = d["values"].sigmoid(), d["rewards"]
+            out = torch.full_like(r, float("nan"))
+            fn(a, r, initial=boot, reverse=True, out=out, time_dim=time_dim, backend="triton")
+            want = fn(a.double(), r.double(), initial=boot.double(), reverse=True,
+                      time_dim=time_dim, backend="torch")  # fmt: skip
+            _close(out, want, torch.float32, f"{name} {shape}")
+            continue
+        n_out = 2 if name in ("gae", "vtrace") else 1
+        outs = tuple(torch.full(shape, float("nan"), device=CUDA) for _ in range(n_out))
+        got = fn(*args(d, boot), bootstrap_value=boot, time_dim=time_dim, backend="triton",
+                 out=outs if n_out > 1 else outs[0])  # fmt: skip
+        want = fn(*args(f64, None), bootstrap_value=f64["boot"], time_dim=time_dim,
+                  backend="torch")  # fmt: skip
+        for i, (g, w) in enumerate(zip(as_tuple(got), as_tuple(want), strict=True)):
+            _close(g, w, torch.float32, f"{name}[{i}] {shape} time_dim {time_dim}")
+    if time_dim == 1:
+        by = {launch.meta["KIND"]: launch.meta["BY"] for launch in tb._LAUNCHES.values()}
+        assert by[kernels.VTRACE.value] == 4, by
+        for kind in (kernels.GAE, kernels.LAMBDA, kernels.DISCOUNTED, kernels.SCAN):
+            assert by[kind.value] == 8, (kind, by)
+
+
 @pytest.mark.parametrize(
     "T,N", [(130, 4096), (1_000_000, 1), (131_072, 16), (200_003, 2), (262_144, 4)]
 )

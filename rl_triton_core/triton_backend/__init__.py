@@ -259,12 +259,12 @@ def _plan(
         # runs two chunks side by side, N of 4-5 two-row tiles (flipped in reverse scans), more
         # one-row tiles (N = 7 only up to 8 steps, then resident, as V-trace of one sequence
         # is: above); batch-major four-row tiles of two sequences (a masked one for odd N),
-        # for N of 1 and 3 eight-row tiles of one (scanned by fours in reverse scans); odd N
-        # prefetch
+        # for N = 3 eight-row tiles of one (scanned by fours in reverse scans), for N = 1
+        # sixteen-row tiles one at a time (by eights); odd N prefetch
         prefetch = N % 2 == 1
         block_t, block_n, unroll, warps = (2, 4, 2, 1) if time_major else (4, 2, 2, 1)
         if not time_major and N in (1, 3):
-            block_t, block_n = 8, 1
+            block_t, block_n, unroll = (16, 1, 1) if N == 1 else (8, 1, 2)
         min_chunk, target = 8, 16  # up to 16 chunks: groups, partial groups, several folds
         if time_major and N <= 3:
             block_n, segs, min_chunk = 8, 2, 16
@@ -556,6 +556,19 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         kind, T, N, time_major, out0.device, reverse=reverse, four_byte=four_byte, acc64=acc64
     )
     cols = plan.cols
+    flip = reverse and time_major and plan.block_t > 1  # (see kernels._tile_offsets)
+    # One-column backward tiles (a sequence's steps in a tile, time contiguous) are composed
+    # by groups of rows in registers (see kernels._scan_tile): by eights in 256-step tiles of
+    # one warp (a thread holds 8 consecutive steps; 16-step tiles under the interpreter), else
+    # by fours up to 256 steps (sweep 14: 0.75-0.86x the time of tl.associative_scan's reverse
+    # scan at [1024, 65536], 1.02x in 128-step tiles of two warps; tiles split over several
+    # warps and V-trace's 4-column tiles measured up to 1.35x slower that way); 0: neither
+    by = 0
+    if reverse and not flip and plan.block_n == 1 and plan.block_t % 4 == 0:
+        if plan.block_t == (16 if _INTERPRETED else 256) and plan.num_warps == 1:
+            by = 8
+        elif plan.block_t <= 256:
+            by = 4
     strides = (s_t, s_n, f_t, f_n, k_t, k_n, b_n, o0_t, o0_n, o1_t, o1_n)
     # The largest element offset any load or store can form (t + 1 steps, all sequences).
     reach = max((T + 1) * abs(st) + N * abs(sn) for st, sn in zip(strides[::2], strides[1::2]))
@@ -563,7 +576,7 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         KIND=kind,
         TRACE=trace,
         REVERSE=reverse,
-        FLIP=reverse and time_major and plan.block_t > 1,  # (see kernels._tile_offsets)
+        FLIP=flip,
         ACC=acc,
         HAS_TERM=flags[0] is not None,
         HAS_TRUNC=flags[1] is not None,
@@ -578,6 +591,7 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         IDX64=max(reach, b_n * N) >= 2**31,
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
+        BY=by,
         SEGS=plan.segs,
         UNROLL=plan.unroll,
         # chunk composites folded per load when the time axis is split: 8 per thread (more
