@@ -644,6 +644,33 @@ def test_many_environments(fn, backend, device):
         assert_close(r, e, F64, name=f"{fn} output {k}")
 
 
+@pytest.mark.parametrize("N,by", [(1, 8), (3, 4)])
+def test_backward_one_column_tiles_by_eights_and_fours(N, by, backend, device):
+    """Batch-major backward scans of one-sequence tiles: states by eights (the interpreter's
+    16-step tiles at N = 1; a GPU's 256-step one-warp tiles) and composites by fours (8-step
+    tiles at N = 3), unsplit and split, with cuts and a bootstrap value: the kernels take both
+    paths (``meta["BY"]``) and match the oracle."""
+    if not interpreted(backend):
+        pytest.skip("the interpreter's plans (a GPU's: tests/test_gpu_triton.py)")
+    from rl_triton_core import _replay
+    from rl_triton_core import triton_backend as tb
+
+    g = rng(17)
+    for T in (16, 45):  # one tile; split in chunks with a partial last tile
+        r, v = u(g, N, T), u(g, N, T)
+        term = torch.rand(N, T, generator=g) < 0.2
+        boot = u(g, N)
+        ref = rtc.gae(r, v, term, bootstrap_value=boot, time_dim=1, backend="reference")
+        rd, vd, td, bd = dev(device, r.float(), v.float(), term, boot.float())
+        tb._LAUNCHES.clear()
+        _replay._PLANS.clear()  # (a replayed call would not describe its launch)
+        got = rtc.gae(rd, vd, td, bootstrap_value=bd, time_dim=1, backend=backend)
+        (launch,) = tb._LAUNCHES.values()
+        assert launch.meta["BY"] == by and (launch.plan.n_chunks > 1) == (T == 45), launch.plan
+        for k, (x, e) in enumerate(zip(got, ref, strict=True)):
+            assert_close(x, e, torch.float32, name=f"gae output {k} [{N}, {T}]")
+
+
 @pytest.mark.parametrize("fn", ["gae", "vtrace", "linear_scan", "episodic_cumsum"])
 def test_long_sequence_with_cuts_and_nan_matches_oracle(fn, backend, device):
     """A long window (any T-split of the kernel), frequent cuts and a few NaN rewards: values

@@ -326,7 +326,7 @@ def test_batch_major_unsplit_walks():
 # (the totals pass by fours); time-major: (131_072, 16) split 8 x 16 tiles, (65_536, 3) chunks
 # side by side, (200_003, 2) resident, (2048, 1024) one wave of 4 x 64 tiles; (1_000_000, 1)
 # one sequence split in 1024-step tiles of 8 warps. Unsplit scans load bootstrap_value once a
-# program, the passes of split and resident ones where a tile reaches the last step
+# program, the passes of split and resident ones in a load a tile masked to the last step
 # (kernels.scan_kernel; at (65_536, 3) by lanes of chunks side by side)
 BOOTSTRAP_SHAPES = [(300, 1100, 1), (131_072, 16, 1), (131_072, 16, 0), (65_536, 3, 0),
                     (200_003, 2, 0), (2048, 1024, 0), (1_000_000, 1, 0)]  # fmt: skip
@@ -338,6 +338,7 @@ def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
     backend with poisoned outputs in every plan kind above, and batch-major backward scans take
     the tiles by eights or fours said there."""
     import rl_triton_core.triton_backend as tb
+    from rl_triton_core import _replay
     from rl_triton_core.triton_backend import kernels
 
     shape = (T, N) if time_dim == 0 else (N, T)
@@ -346,13 +347,14 @@ def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
     boot = torch.randn(N, generator=gen, device=CUDA)
     f64 = dict(_f64(d), boot=boot.double())
     calls = {
-        "gae": lambda x, b: (x["rewards"], x["values"], x["term"]),
-        "lambda_returns": lambda x, b: (x["rewards"], x["values"], x["term"]),
-        "discounted_returns": lambda x, b: (x["rewards"], x["term"]),
-        "vtrace": lambda x, b: (x["rewards"], x["values"], x["tlp"], x["blp"], x["term"]),
+        "gae": lambda x: (x["rewards"], x["values"], x["term"]),
+        "lambda_returns": lambda x: (x["rewards"], x["values"], x["term"]),
+        "discounted_returns": lambda x: (x["rewards"], x["term"]),
+        "vtrace": lambda x: (x["rewards"], x["values"], x["tlp"], x["blp"], x["term"]),
         "linear_scan": None,
     }
     tb._LAUNCHES.clear()
+    _replay._PLANS.clear()  # (a replayed call would not describe its launch)
     for name, args in calls.items():
         fn = getattr(rtc, name)
         if args is None:  # (the backward scan: its initial state, no bootstrap value)
@@ -365,13 +367,14 @@ def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
             continue
         n_out = 2 if name in ("gae", "vtrace") else 1
         outs = tuple(torch.full(shape, float("nan"), device=CUDA) for _ in range(n_out))
-        got = fn(*args(d, boot), bootstrap_value=boot, time_dim=time_dim, backend="triton",
+        got = fn(*args(d), bootstrap_value=boot, time_dim=time_dim, backend="triton",
                  out=outs if n_out > 1 else outs[0])  # fmt: skip
-        want = fn(*args(f64, None), bootstrap_value=f64["boot"], time_dim=time_dim,
+        want = fn(*args(f64), bootstrap_value=f64["boot"], time_dim=time_dim,
                   backend="torch")  # fmt: skip
         for i, (g, w) in enumerate(zip(as_tuple(got), as_tuple(want), strict=True)):
             _close(g, w, torch.float32, f"{name}[{i}] {shape} time_dim {time_dim}")
-    if time_dim == 1:
+    sms = tb._sm_count(CUDA.index or 0)  # (N = 1100 runs these tiles from 8 x SMs sequences)
+    if time_dim == 1 and (N == 16 or 8 * sms <= N):
         by = {launch.meta["KIND"]: launch.meta["BY"] for launch in tb._LAUNCHES.values()}
         assert by[kernels.VTRACE.value] == 4, by
         for kind in (kernels.GAE, kernels.LAMBDA, kernels.DISCOUNTED, kernels.SCAN):

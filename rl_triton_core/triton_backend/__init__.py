@@ -558,9 +558,10 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     cols = plan.cols
     flip = reverse and time_major and plan.block_t > 1  # (see kernels._tile_offsets)
     # One-column backward tiles (a sequence's steps in a tile, time contiguous) are composed
-    # by groups of rows in registers (see kernels._scan_tile): by eights in 256-step tiles of
-    # one warp (a thread holds 8 consecutive steps; 16-step tiles under the interpreter), else
-    # by fours up to 256 steps (sweep 14: 0.75-0.86x the time of tl.associative_scan's reverse
+    # by groups of rows in registers (see kernels._tile_states): their states by eights in
+    # 256-step tiles of one warp (a thread holds 8 consecutive steps; 16-step tiles under the
+    # interpreter; the totals pass and resident scans compose them by fours), else by fours
+    # up to 256 steps (sweep 14: 0.75-0.86x the time of tl.associative_scan's reverse
     # scan at [1024, 65536], 1.02x in 128-step tiles of two warps; tiles split over several
     # warps and V-trace's 4-column tiles measured up to 1.35x slower that way); 0: neither
     by = 0
