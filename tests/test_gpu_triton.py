@@ -346,33 +346,30 @@ def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
     d = _inputs(shape, time_dim, torch.float32, gen)
     boot = torch.randn(N, generator=gen, device=CUDA)
     f64 = dict(_f64(d), boot=boot.double())
-    calls = {
-        "gae": lambda x: (x["rewards"], x["values"], x["term"]),
-        "lambda_returns": lambda x: (x["rewards"], x["values"], x["term"]),
-        "discounted_returns": lambda x: (x["rewards"], x["term"]),
-        "vtrace": lambda x: (x["rewards"], x["values"], x["tlp"], x["blp"], x["term"]),
-        "linear_scan": None,
+    inputs = {  # the per-step inputs of the estimators that take a bootstrap value
+        "gae": ("rewards", "values", "term"),
+        "lambda_returns": ("rewards", "values", "term"),
+        "discounted_returns": ("rewards", "term"),
+        "vtrace": ("rewards", "values", "tlp", "blp", "term"),
     }
     tb._LAUNCHES.clear()
     _replay._PLANS.clear()  # (a replayed call would not describe its launch)
-    for name, args in calls.items():
+    for name, keys in inputs.items():
         fn = getattr(rtc, name)
-        if args is None:  # (the backward scan: its initial state, no bootstrap value)
-            a, r = d["values"].sigmoid(), d["rewards"]
-            out = torch.full_like(r, float("nan"))
-            fn(a, r, initial=boot, reverse=True, out=out, time_dim=time_dim, backend="triton")
-            want = fn(a.double(), r.double(), initial=boot.double(), reverse=True,
-                      time_dim=time_dim, backend="torch")  # fmt: skip
-            _close(out, want, torch.float32, f"{name} {shape}")
-            continue
         n_out = 2 if name in ("gae", "vtrace") else 1
         outs = tuple(torch.full(shape, float("nan"), device=CUDA) for _ in range(n_out))
-        got = fn(*args(d), bootstrap_value=boot, time_dim=time_dim, backend="triton",
-                 out=outs if n_out > 1 else outs[0])  # fmt: skip
-        want = fn(*args(f64), bootstrap_value=f64["boot"], time_dim=time_dim,
+        got = fn(*(d[k] for k in keys), bootstrap_value=boot, time_dim=time_dim,
+                 backend="triton", out=outs if n_out > 1 else outs[0])  # fmt: skip
+        want = fn(*(f64[k] for k in keys), bootstrap_value=f64["boot"], time_dim=time_dim,
                   backend="torch")  # fmt: skip
         for i, (g, w) in enumerate(zip(as_tuple(got), as_tuple(want), strict=True)):
             _close(g, w, torch.float32, f"{name}[{i}] {shape} time_dim {time_dim}")
+    a, r = d["values"].sigmoid(), d["rewards"]  # the backward scan (its initial state)
+    out = torch.full_like(r, float("nan"))
+    rtc.linear_scan(a, r, initial=boot, reverse=True, out=out, time_dim=time_dim, backend="triton")
+    want = rtc.linear_scan(a.double(), r.double(), initial=boot.double(), reverse=True,
+                           time_dim=time_dim, backend="torch")  # fmt: skip
+    _close(out, want, torch.float32, f"linear_scan {shape}")
     sms = tb._sm_count(CUDA.index or 0)  # (N = 1100 runs these tiles from 8 x SMs sequences)
     if time_dim == 1 and (N == 16 or 8 * sms <= N):
         by = {launch.meta["KIND"]: launch.meta["BY"] for launch in tb._LAUNCHES.values()}
