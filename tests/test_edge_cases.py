@@ -667,8 +667,71 @@ def test_backward_one_column_tiles_by_eights_and_fours(N, by, backend, device):
         got = rtc.gae(rd, vd, td, bootstrap_value=bd, time_dim=1, backend=backend)
         (launch,) = tb._LAUNCHES.values()
         assert launch.meta["BY"] == by and (launch.plan.n_chunks > 1) == (T == 45), launch.plan
+        assert launch.meta["FULL"] == (T == 16), launch.plan  # (45: a partial last tile)
         for k, (x, e) in enumerate(zip(got, ref, strict=True)):
             assert_close(x, e, torch.float32, name=f"gae output {k} [{N}, {T}]")
+
+
+def test_int64_offsets_follow_every_tensors_strides():
+    """A Triton launch takes 64-bit offsets when the strides of some tensor it reads or writes
+    reach 2**31 elements: not for dense [1024, 65536] GAE (they cost instructions: sm_90, 84 ->
+    74 an element), yes for [2304, 16] when only one output is a view of a wider buffer (the
+    launcher once paired the strides off by one: the first took 64-bit offsets, the others
+    not). Meta tensors: nothing allocated."""
+    pytest.importorskip("triton")
+    from rl_triton_core import triton_backend as tb
+
+    def idx64(T, N, outs):
+        r, term = torch.empty(T, N, device="meta"), torch.empty(T, N, device="meta").bool()
+        launch = tb._describe(
+            1, 0, True, False, True, False, (r, r, None, None, None), (term, None),
+            (0.99, 0.95, 0.0, 0.0, 0.0), torch.empty(N, device="meta"), outs,
+        )  # fmt: skip
+        return launch.meta["IDX64"]
+
+    dense = lambda T, N: torch.empty(T, N, device="meta")
+    assert not idx64(1024, 65536, (dense(1024, 65536), dense(1024, 65536)))
+    T, N = 2304, 16  # a view's last row starts at (T - 1) * 2**20 > 2**31
+    wide = torch.empty_strided((T, N), (2**20, 1), device="meta")
+    for outs in ((wide, dense(T, N)), (dense(T, N), wide)):
+        assert idx64(T, N, outs), [o.stride() for o in outs]
+
+
+FORWARD_AT_16 = ("eligibility_traces", "episodic_cumsum", "linear_scan")  # (long_inputs: T even)
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_full_tiles_without_masks(fn, backend, device):
+    """Unsplit calls whose tiles all lie inside ``[T, N]`` load and store without masks (the
+    kernel's FULL), in the interpreter's plans: time-major [8, 8] and [8, 4] (flipped rows in
+    backward scans), batch-major [16, 1] but for forward scans, which prefetch past the call's
+    end there, and V-trace, resident; a partial program at N = 6, a partial tile at T = 7 and a
+    split call ([16, 8]) keep them. Every output element is written (NaN-poisoned ``out=``)
+    and matches the oracle."""
+    if not interpreted(backend):
+        pytest.skip("the interpreter's plans")
+    from rl_triton_core import _replay
+    from rl_triton_core import triton_backend as tb
+
+    g = rng(19)
+    bm_full = fn not in FORWARD_AT_16 and fn != "vtrace"
+    cases = [(8, 8, 0, True), (8, 4, 0, True), (16, 1, 1, bm_full), (8, 6, 0, False),
+             (7, 8, 0, False), (16, 8, 0, False)]  # fmt: skip
+    for T, N, time_dim, full in cases:
+        inp = long_inputs(fn, T, N, g)
+        ref = as_tuple(call(fn, inp, backend="reference"))
+        lay = (lambda t: t.T.contiguous() if t.dim() == 2 else t) if time_dim else (lambda t: t)
+        d = {k: (lay(v).to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+        outs = tuple(lay(torch.full((T, N), math.nan, dtype=F64, device=device)) for _ in ref)
+        tb._LAUNCHES.clear()
+        _replay._PLANS.clear()  # (a replayed call would not describe its launch)
+        got = as_tuple(call(fn, d, backend=backend, time_dim=time_dim,
+                            out=outs if len(outs) > 1 else outs[0]))  # fmt: skip
+        (launch,) = tb._LAUNCHES.values()
+        assert launch.meta["FULL"] == full, (T, N, time_dim, launch.plan)
+        for k, (x, e) in enumerate(zip(got, ref, strict=True)):
+            assert x is outs[k]
+            assert_close(lay(x), e, F64, name=f"{fn} output {k} [{T}, {N}], time_dim {time_dim}")
 
 
 @pytest.mark.parametrize("fn", ["gae", "vtrace", "linear_scan", "episodic_cumsum"])

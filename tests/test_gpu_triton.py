@@ -446,6 +446,41 @@ def test_indexing_beyond_2_31_elements():
     torch.cuda.empty_cache()
 
 
+def test_output_views_whose_offsets_pass_2_31():
+    """Small inputs, outputs written into views of a wide buffer, at element offsets past
+    2**31 (each output in turn): the launcher takes 64-bit offsets from every tensor's strides
+    (it once paired them off by one and missed the outputs'), nothing outside the view is
+    written."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core import _replay
+
+    T, N, width = 2304, 16, 2**20  # the last row of a view starts at (T - 1) * 2**20 > 2**31
+    if torch.cuda.get_device_properties(CUDA).total_memory < 24 * 2**30:
+        pytest.skip("needs ~10 GB of GPU memory")
+    gen = torch.Generator(device=CUDA).manual_seed(6)
+    rewards, values = torch.randn(2, T, N, generator=gen, device=CUDA)
+    term = torch.rand(T, N, generator=gen, device=CUDA) < 0.05
+    boot = values[-1]
+    args = (rewards, values, term)
+    want = rtc.gae(rewards.double(), values.double(), term, bootstrap_value=boot.double(),
+                   backend="torch")  # fmt: skip
+    wide = torch.empty(T, width, device=CUDA)
+    for k in range(2):
+        wide.fill_(float("nan"))
+        outs = [torch.full_like(rewards, float("nan")) for _ in range(2)]
+        outs[k] = wide[:, N : 2 * N]
+        tb._LAUNCHES.clear()
+        _replay._PLANS.clear()  # (a replayed call would not describe its launch)
+        rtc.gae(*args, bootstrap_value=boot, out=tuple(outs), backend="triton")
+        (launch,) = tb._LAUNCHES.values()
+        assert launch.meta["IDX64"], launch.meta
+        for g, w in zip(outs, want, strict=True):
+            _close(g, w, torch.float32, f"gae, output {k} a view past 2**31")
+        assert wide[:, :N].isnan().all() and wide[:, 2 * N : 3 * N].isnan().all()
+    del wide
+    torch.cuda.empty_cache()
+
+
 def test_long_horizon_float32_accuracy():
     T, N = 100_000, 8
     gen = torch.Generator(device=CUDA).manual_seed(6)

@@ -385,7 +385,8 @@ def _backward_states_by_eights(a, b, carry):
 
 @triton.jit
 def _tile_offsets(t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n,
-                  FLIP: tl.constexpr, IDX64: tl.constexpr, BLOCK_T: tl.constexpr):  # fmt: skip
+                  FLIP: tl.constexpr, IDX64: tl.constexpr, FULL: tl.constexpr,
+                  BLOCK_T: tl.constexpr):  # fmt: skip
     """Steps, mask and element offsets of the tile whose first step is ``t0``: value inputs,
     flags and per-step coefficients. FLIP (a reverse scan of a tile whose rows are not
     contiguous in memory) puts the tile's steps in reverse row order, so that the scan runs
@@ -395,7 +396,10 @@ def _tile_offsets(t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n,
         t = t0 + (BLOCK_T - 1 - rows)[:, None]
     else:
         t = t0 + rows[:, None]
-    mask = (t < stop) & n_ok[None, :]
+    if FULL:  # every tile of the call inside [0, T) x [0, N): no predicates
+        mask = tl.full([BLOCK_T, n_ok.shape[0]], True, tl.int1)
+    else:
+        mask = (t < stop) & n_ok[None, :]
     if IDX64:  # offsets past 2**31 elements
         ti = t.to(tl.int64)
         ni = n.to(tl.int64)[None, :]
@@ -417,12 +421,13 @@ def _tile_coefficients(
     KIND: tl.constexpr, TRACE: tl.constexpr, FLIP: tl.constexpr, ACC: tl.constexpr,
     HAS_TERM: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_NEXT: tl.constexpr,
     HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr, G_T: tl.constexpr, L_T: tl.constexpr,
-    K0_T: tl.constexpr, K1_T: tl.constexpr, IDX64: tl.constexpr, BLOCK_T: tl.constexpr,
+    K0_T: tl.constexpr, K1_T: tl.constexpr, IDX64: tl.constexpr, FULL: tl.constexpr,
+    BLOCK_T: tl.constexpr,
 ):  # fmt: skip
     """``(a, b, c, is_term, v)`` of the tile whose first step is ``t0`` (see
     :func:`_coefficients`); steps from ``stop`` on are the identity map."""
     t, _, _, mask, off, foff, koff = _tile_offsets(
-        t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, BLOCK_T
+        t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, FULL, BLOCK_T
     )
     a, b, c, is_term, v = _coefficients(
         x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot_v, t, off, off + s_t, foff,
@@ -472,12 +477,12 @@ def _write_tile(
     carry, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, o0_t, o0_n, o1_t, o1_n,
     KIND: tl.constexpr, FLIP: tl.constexpr, ACC: tl.constexpr, HAS_NEXT: tl.constexpr,
     HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr, G_T: tl.constexpr, K2_T: tl.constexpr,
-    IDX64: tl.constexpr, BLOCK_T: tl.constexpr,
+    IDX64: tl.constexpr, FULL: tl.constexpr, BLOCK_T: tl.constexpr,
 ):  # fmt: skip
     """Write the outputs of one tile of BLOCK_T steps x BLOCK_N sequences from its states
     ``x`` (:func:`_tile_states`; ``carry``: the state that entered the tile)."""
     t, ti, ni, mask, off, _, koff = _tile_offsets(
-        t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, BLOCK_T
+        t0, rows, n, n_ok, stop, s_t, s_n, f_t, f_n, k_t, k_n, FLIP, IDX64, FULL, BLOCK_T
     )
     x_out = x
     if KIND == GAE:  # returns = advantages + values
@@ -670,6 +675,7 @@ def scan_kernel(
     GROUP_PASS: tl.constexpr,
     RESIDENT: tl.constexpr,
     IDX64: tl.constexpr,
+    FULL: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BY: tl.constexpr,
@@ -771,7 +777,8 @@ def scan_kernel(
             a, b, cont, is_term, v = _tile_coefficients(
                 x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot_v, start, rows, n, n_ok,
                 stop, T, s_t, s_n, f_t, f_n, k_t, k_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
-                HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+                HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64,
+                FULL, BLOCK_T,
             )  # fmt: skip
             A, B = _scan_tile(a, b, BACKWARD, BY)
             tl.store(totals + c * N + n64, _row(A, rows, LAST), mask=n_ok)
@@ -783,7 +790,7 @@ def scan_kernel(
                 x0, x1, x2, x3, x4, gamma, k2, boot_v, out0, out1, _apply(A, B, carry[None, :]),
                 cont, is_term, v, start, rows, n, n_ok, carry, stop, T, s_t, s_n, f_t, f_n, k_t,
                 k_n, o0_t, o0_n, o1_t, o1_n, KIND, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T,
-                K2_T, IDX64, BLOCK_T,
+                K2_T, IDX64, FULL, BLOCK_T,
             )  # fmt: skip
             return
         n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
@@ -802,7 +809,8 @@ def scan_kernel(
             a, b, cont, is_term, v = _tile_coefficients(
                 x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot_v, t0, rows, n, n_ok,
                 stop, T, s_t, s_n, f_t, f_n, k_t, k_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
-                HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+                HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64,
+                FULL, BLOCK_T,
             )  # fmt: skip
         for i in tl.range(0, n_iters, num_stages=STAGES):
             for k in tl.static_range(UNROLL):
@@ -818,7 +826,8 @@ def scan_kernel(
                 a1, b1, cont1, is_term1, v1 = _tile_coefficients(
                     x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot_v, t1, rows, n, n_ok,
                     stop, T, s_t, s_n, f_t, f_n, k_t, k_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
-                    HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64, BLOCK_T,
+                    HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64,
+                    FULL, BLOCK_T,
                 )  # fmt: skip
                 if not PREFETCH:
                     a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
@@ -832,7 +841,7 @@ def scan_kernel(
                         x0, x1, x2, x3, x4, gamma, k2, boot_v, out0, out1, x, cont, is_term, v,
                         t0, rows, n, n_ok, carry, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, o0_t,
                         o0_n, o1_t, o1_n, KIND, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T,
-                        K2_T, IDX64, BLOCK_T,
+                        K2_T, IDX64, FULL, BLOCK_T,
                     )  # fmt: skip
                     carry = carry_out
                 if PREFETCH:
