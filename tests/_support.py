@@ -10,6 +10,7 @@
   validates the library's own ``backend="reference"``, and encodes the NaN-locality rule: a term
   multiplied by an exact zero coefficient (a cut, a terminated gate, ``a_t == 0``) is dropped,
   so a NaN there does not reach the output.
+* ``forget_launches`` / ``described_launch``: the Triton launcher's descriptions of calls.
 """
 
 from __future__ import annotations
@@ -687,3 +688,23 @@ def oracle(fn: str, inputs: dict, T: int, batch: tuple) -> tuple:
         data = torch.tensor([outs[m][k] for m in range(M)], dtype=F64).reshape(M, T)
         result.append(data.T.reshape(full).contiguous())
     return tuple(result)
+
+
+def forget_launches() -> None:
+    """Clear the Triton launcher's launch descriptions and the replay table, so that the next
+    calls describe their launches (a replayed call would not)."""
+    from rl_triton_core import _replay
+    from rl_triton_core import triton_backend as tb
+
+    tb._LAUNCHES.clear()
+    _replay._PLANS.clear()
+
+
+def described_launch(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``'s result and the one Triton launch description it made."""
+    from rl_triton_core import triton_backend as tb
+
+    forget_launches()
+    result = fn(*args, **kwargs)
+    (launch,) = tb._LAUNCHES.values()
+    return result, launch

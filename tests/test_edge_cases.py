@@ -14,6 +14,7 @@ from _support import (
     as_tuple,
     build_case,
     call,
+    described_launch,
     gen_from,
     kind_of,
     oracle,
@@ -652,9 +653,6 @@ def test_backward_one_column_tiles_by_eights_and_fours(N, by, backend, device):
     paths (``meta["BY"]``) and match the oracle."""
     if not interpreted(backend):
         pytest.skip("the interpreter's plans (a GPU's: tests/test_gpu_triton.py)")
-    from rl_triton_core import _replay
-    from rl_triton_core import triton_backend as tb
-
     g = rng(17)
     for T in (16, 45):  # one tile; split in chunks with a partial last tile
         r, v = u(g, N, T), u(g, N, T)
@@ -662,10 +660,9 @@ def test_backward_one_column_tiles_by_eights_and_fours(N, by, backend, device):
         boot = u(g, N)
         ref = rtc.gae(r, v, term, bootstrap_value=boot, time_dim=1, backend="reference")
         rd, vd, td, bd = dev(device, r.float(), v.float(), term, boot.float())
-        tb._LAUNCHES.clear()
-        _replay._PLANS.clear()  # (a replayed call would not describe its launch)
-        got = rtc.gae(rd, vd, td, bootstrap_value=bd, time_dim=1, backend=backend)
-        (launch,) = tb._LAUNCHES.values()
+        got, launch = described_launch(
+            rtc.gae, rd, vd, td, bootstrap_value=bd, time_dim=1, backend=backend
+        )
         assert launch.meta["BY"] == by and (launch.plan.n_chunks > 1) == (T == 45), launch.plan
         assert launch.meta["FULL"] == (T == 16), launch.plan  # (45: a partial last tile)
         for k, (x, e) in enumerate(zip(got, ref, strict=True)):
@@ -710,9 +707,6 @@ def test_full_tiles_without_masks(fn, backend, device):
     and matches the oracle."""
     if not interpreted(backend):
         pytest.skip("the interpreter's plans")
-    from rl_triton_core import _replay
-    from rl_triton_core import triton_backend as tb
-
     g = rng(19)
     bm_full = fn not in FORWARD_AT_16 and fn != "vtrace"
     cases = [(8, 8, 0, True), (8, 4, 0, True), (16, 1, 1, bm_full), (8, 6, 0, False),
@@ -723,11 +717,10 @@ def test_full_tiles_without_masks(fn, backend, device):
         lay = (lambda t: t.T.contiguous() if t.dim() == 2 else t) if time_dim else (lambda t: t)
         d = {k: (lay(v).to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
         outs = tuple(lay(torch.full((T, N), math.nan, dtype=F64, device=device)) for _ in ref)
-        tb._LAUNCHES.clear()
-        _replay._PLANS.clear()  # (a replayed call would not describe its launch)
-        got = as_tuple(call(fn, d, backend=backend, time_dim=time_dim,
-                            out=outs if len(outs) > 1 else outs[0]))  # fmt: skip
-        (launch,) = tb._LAUNCHES.values()
+        got, launch = described_launch(
+            call, fn, d, backend=backend, time_dim=time_dim, out=outs if len(outs) > 1 else outs[0]
+        )
+        got = as_tuple(got)
         assert launch.meta["FULL"] == full, (T, N, time_dim, launch.plan)
         for k, (x, e) in enumerate(zip(got, ref, strict=True)):
             assert x is outs[k]

@@ -12,7 +12,7 @@ import collections
 
 import pytest
 import torch
-from _support import as_tuple
+from _support import as_tuple, described_launch, forget_launches
 
 import rl_triton_core as rtc
 
@@ -338,7 +338,6 @@ def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
     backend with poisoned outputs in every plan kind above, and batch-major backward scans take
     the tiles by eights or fours said there."""
     import rl_triton_core.triton_backend as tb
-    from rl_triton_core import _replay
     from rl_triton_core.triton_backend import kernels
 
     shape = (T, N) if time_dim == 0 else (N, T)
@@ -352,8 +351,7 @@ def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
         "discounted_returns": ("rewards", "term"),
         "vtrace": ("rewards", "values", "tlp", "blp", "term"),
     }
-    tb._LAUNCHES.clear()
-    _replay._PLANS.clear()  # (a replayed call would not describe its launch)
+    forget_launches()
     for name, keys in inputs.items():
         fn = getattr(rtc, name)
         n_out = 2 if name in ("gae", "vtrace") else 1
@@ -451,9 +449,6 @@ def test_output_views_whose_offsets_pass_2_31():
     2**31 (each output in turn): the launcher takes 64-bit offsets from every tensor's strides
     (it once paired them off by one and missed the outputs'), nothing outside the view is
     written."""
-    import rl_triton_core.triton_backend as tb
-    from rl_triton_core import _replay
-
     T, N, width = 2304, 16, 2**20  # the last row of a view starts at (T - 1) * 2**20 > 2**31
     if torch.cuda.get_device_properties(CUDA).total_memory < 24 * 2**30:
         pytest.skip("needs ~10 GB of GPU memory")
@@ -469,10 +464,9 @@ def test_output_views_whose_offsets_pass_2_31():
         wide.fill_(float("nan"))
         outs = [torch.full_like(rewards, float("nan")) for _ in range(2)]
         outs[k] = wide[:, N : 2 * N]
-        tb._LAUNCHES.clear()
-        _replay._PLANS.clear()  # (a replayed call would not describe its launch)
-        rtc.gae(*args, bootstrap_value=boot, out=tuple(outs), backend="triton")
-        (launch,) = tb._LAUNCHES.values()
+        _, launch = described_launch(
+            rtc.gae, *args, bootstrap_value=boot, out=tuple(outs), backend="triton"
+        )
         assert launch.meta["IDX64"], launch.meta
         for g, w in zip(outs, want, strict=True):
             _close(g, w, torch.float32, f"gae, output {k} a view past 2**31")
