@@ -184,9 +184,9 @@ LAYOUTS = {
 # sequences at (16_384, 100) in 512-step tiles of 4 warps;
 # (20, 1100) and (12, 1100): time-major short rollouts in one-warp 16 x 8 tiles (partial tiles
 # of 4 and 12 steps, masked columns; Retrace in them at T = 12 only, in 64 x 16 tiles at T =
-# 20); (300, 16_400): time-major float32, unsplit one-warp 16 x 16 tiles (V-trace, Retrace
-# 8 x 16) in a 4-stage pipelined loop (a partial last tile); other dtypes: 4 x 64 tiles split
-# in 15 chunks, V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
+# 20); (300, 16_400): time-major, unsplit one-warp 16 x 16 tiles (V-trace, Retrace 8 x 16;
+# GAE 3 stages) in a 4-stage pipelined loop (a partial last tile), but float64: 4 x 64 tiles
+# split in 15 chunks, V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
 # (300, 1100): batch-major V-trace, a program per sequence; (1000, 1): one sequence in one
 # tile of 1024 steps (a partial one; two sequences in the torchrl layout); (600, 16),
 # (2000, 100), (1500, 6) and (4096, 3): time-major few sequences from T = 512, one-warp 8 x 16
@@ -245,6 +245,20 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
     out_like = torch.empty(shape, dtype=dtype, device=CUDA)
     got = _run_all(d, time_dim, "triton", out_like=out_like)
     _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
+
+
+def test_16bit_unsplit_below_65536_sequences():
+    """Time-major 16384 <= N < 65536 from T = 256: 16-bit values run the unsplit pipelined
+    one-warp tiles of float32 (sweep 33), float64 the split plans (computed at (300, 16_400)
+    of SHAPES)."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    for kind, tile, stages in [(kernels.GAE, (16, 16), 3), (kernels.LAMBDA, (16, 16), 4),
+                               (kernels.VTRACE, (8, 16), 4), (kernels.RETRACE, (8, 16), 4)]:  # fmt: skip
+        plan = tb._plan(kind.value, 300, 16_400, True, CUDA)  # (not four_byte: 16-bit values)
+        assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, stages), kind
+        assert tb._plan(kind.value, 300, 16_400, True, CUDA, acc64=True).n_chunks > 1, kind
 
 
 def test_wide_float32_tiles_every_estimator():

@@ -311,12 +311,14 @@ def _plan(
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
                 block_t, block_n, prefetch = 8, 16, True
-        elif time_major and 16384 <= N < 65536 and four_byte:  # (T >= 256: not `many`)
+        elif time_major and 16384 <= N < 65536 and not acc64:  # (T >= 256: not `many`)
             # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages (GAE 3),
             # no split (sweep 26: 0.58-0.88x the time of the split plans below at [256 ..
-            # 4096, 16384], discounted returns 0.92-1.00x; GAE in bfloat16 1.13-1.30x, not
-            # taken; GAE's 3 stages 0.94-0.97x the time of 4 at [512, 16384] and [4096,
-            # 16384] in sweep 27, 0.94-0.98x in sweep 26)
+            # 4096, 16384], discounted returns 0.92-1.00x; GAE's 3 stages 0.94-0.97x the time
+            # of 4 at [512, 16384] and [4096, 16384] in sweep 27, 0.94-0.98x in sweep 26).
+            # 16-bit values too since sweep 33: in bfloat16 0.47-0.92x the time of the split
+            # plans below at [256, 16384], [2048, 32768] and [4096, 16384] (GAE 0.77-0.86x;
+            # Retrace 1.00x at [2048, 32768]); float64 not timed
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
             if kind == kernels.GAE.value:
                 stages = 3
@@ -544,19 +546,27 @@ def _offsets_need_int64(T: int, N: int, pairs, b_n: int) -> bool:
     return max(reach, N * abs(b_n)) >= 2**31
 
 
-def _full_tiles(plan: Plan, T: int, N: int, reverse: bool) -> bool:
+def _full_tiles(plan: Plan, T: int, N: int, reverse: bool, kind: int, x) -> bool:
     """Whether the kernel may load and store without masks: an unsplit call whose tiles all lie
     inside ``[T, N]`` (T a whole number of tile steps, N of program columns) and no forward
     prefetch past its end. Sweep 32 (graph replay, L2 flushed), against the same kernels with
     masks: discounted returns batch-major [1024, 65536] 0.97x the time, V-trace time-major
     0.89x, bfloat16 time-major 0.94-0.96x, 0.97-1.00x elsewhere but GAE batch-major (1.02x);
     split plans 0.97-1.06x (GAE [65536, 256] time-major 1.06x: its totals pass then needs 66
-    registers, and one wave of 32 one-warp programs an SM no longer fits), so they keep them."""
+    registers, and one wave of 32 one-warp programs an SM no longer fits), so they keep them.
+    Retrace with bfloat16 values (``x``, the value inputs) keeps them too: without, sweep 33
+    timed it at 1.28-1.29x the time at [256, 65536] and [1024, 65536] time-major (float16
+    0.98x, float32 1.00x; not understood), though 0.81-1.10x in the 8 x 16 tiles of 16384 <=
+    N < 65536 (mixed: one rule kept)."""
     return (
         plan.n_chunks == 1
         and plan.chunk == T
         and N % plan.cols == 0
         and (reverse or not plan.prefetch)
+        and not (
+            kind == kernels.RETRACE.value
+            and any(v is not None and v.dtype == torch.bfloat16 for v in x)
+        )
     )
 
 
@@ -614,7 +624,7 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         K1_T=k1_t,
         K2_T=k2_t,
         IDX64=_offsets_need_int64(T, N, pairs, b_n),
-        FULL=_full_tiles(plan, T, N, reverse),
+        FULL=_full_tiles(plan, T, N, reverse, kind, x),
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
         BY=by,
