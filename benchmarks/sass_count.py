@@ -13,15 +13,18 @@ the plan, registers, stack and the body's SASS instructions per element a thread
 on the GPU (``sweep_tiles.py``) says what is fast; this says what the instructions are, offline.
 
     python benchmarks/sass_count.py [--mix] [--phase scan|totals] [--forward-scan]
-        [--plan BT:BN:WARPS[:FIELD=VALUE ...]] ESTIMATOR:T:N[:bm] ...
+        [--plan BT:BN:WARPS[:FIELD=VALUE ...]] [--dtype bfloat16] [--meta FULL=1]
+        ESTIMATOR:T:N[:bm] ...
 
 ESTIMATOR: gae, lambda_returns, discounted_returns, vtrace, retrace, eligibility_traces,
-linear_scan; float32 inputs, terminated flags as bool, a bootstrap value where the estimator
-takes one (``sweep_tiles.estimator_calls``; ``linear_scan`` reverse unless ``--forward-scan``);
+linear_scan; float32 values (or ``--dtype``), terminated flags as bool, a bootstrap value
+where the estimator takes one (``sweep_tiles.estimator_calls``; ``linear_scan`` reverse unless ``--forward-scan``);
 time-major ``[T, N]`` unless ``bm``. ``--phase``
 picks the pass of a split plan (an unsplit plan has only the scan; a resident plan is one launch
 without a tile loop, compiled once and counted whole). ``--plan`` replaces the tile (unsplit;
-prefetch off; other ``Plan`` fields by name, e.g. ``segs=2``).
+prefetch off; other ``Plan`` fields by name, e.g. ``segs=2``); ``--meta`` (repeatable)
+overrides a constexpr of the launch (an integer, e.g. ``FULL=1``: loads and stores without
+masks).
 The local Triton may compile differently from the GPU machine's.
 """
 
@@ -50,7 +53,13 @@ _BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin
 
 
 def captured_launch(
-    name: str, T: int, N: int, batch_major: bool, plan: str | None, reverse_scan: bool = True
+    name: str,
+    T: int,
+    N: int,
+    batch_major: bool,
+    plan: str | None,
+    reverse_scan: bool = True,
+    dtype: torch.dtype = torch.float32,
 ):
     """The (launch description, call arguments) the Triton launcher would start."""
     captured = []
@@ -71,10 +80,10 @@ def captured_launch(
         triton_backend._LAUNCHES.clear()
         shape = (N, T) if batch_major else (T, N)
         calls = estimator_calls(
-            torch.randn(shape),
-            torch.randn(shape),
+            torch.randn(shape).to(dtype),
+            torch.randn(shape).to(dtype),
             torch.rand(shape) < 0.05,
-            torch.randn(N),
+            torch.randn(N).to(dtype),
             int(batch_major),
             reverse_scan,
         )
@@ -88,13 +97,14 @@ def captured_launch(
     return captured[0]
 
 
-def compile_sass(launch, args, phase: dict, unroll: int):
-    """(registers, stack bytes, SASS text) of the launch's kernel, specialised by Triton."""
+def compile_sass(launch, args, phase: dict, unroll: int, overrides: dict | None = None):
+    """(registers, stack bytes, SASS text) of the launch's kernel, specialised by Triton
+    (``overrides``: constexprs replacing the launch's)."""
     backend = make_backend(TARGET)
     kernel = kernels.scan_kernel
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
     totals = torch.empty(16) if launch.plan.n_chunks > 1 else None  # (only its alignment counts)
-    meta = {**launch.meta, "UNROLL": unroll}
+    meta = {**launch.meta, "UNROLL": unroll, **(overrides or {})}
     bound, specialization, options = binder(*args, totals, *launch.tail, **phase, **meta)
     options, signature, constexprs, attrs = kernel._pack_args(
         backend, options, bound, specialization, options
@@ -129,23 +139,27 @@ def main():
     ap.add_argument("--phase", choices=("scan", "totals"), default="scan")
     ap.add_argument("--plan", help="BT:BN:WARPS[:FIELD=VALUE ...], an unsplit tile instead")
     ap.add_argument("--forward-scan", action="store_true", help="linear_scan forward, not reverse")
+    ap.add_argument("--dtype", default="float32", help="of the value inputs, e.g. bfloat16")
+    ap.add_argument("--meta", action="append", default=[], help="KEY=INT: a constexpr to override")
     args = ap.parse_args()
+    overrides = {k: int(v) for k, v in (m.split("=") for m in args.meta)}
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # (the GPU machine's Triton fuses)
     for spec in args.specs:
         name, T, N, *layout = spec.split(":")
         launch, call_args = captured_launch(
-            name, int(T), int(N), layout == ["bm"], args.plan, not args.forward_scan
-        )
+            name, int(T), int(N), layout == ["bm"], args.plan, not args.forward_scan,
+            getattr(torch, args.dtype),
+        )  # fmt: skip
         p = launch.plan
         split = p.n_chunks > 1 and not p.resident  # (a resident plan: one launch, no phases)
         phase = triton_backend._Phase(WRITE_TOTALS=split and args.phase == "totals",
                                       READ_TOTALS=split and args.phase == "scan",
                                       RESIDENT=p.resident)._asdict()  # fmt: skip
-        regs1, stack1, one = compile_sass(launch, call_args, phase, 1)
+        regs1, stack1, one = compile_sass(launch, call_args, phase, 1, overrides)
         if p.resident:  # (no tile loop, so UNROLL changes nothing: the whole kernel instead)
             regs2, stack2, body, what = regs1, stack1, opcodes(one), "the whole kernel"
         else:
-            regs2, stack2, two = compile_sass(launch, call_args, phase, 2)
+            regs2, stack2, two = compile_sass(launch, call_args, phase, 2, overrides)
             body, what = opcodes(two), "a tile"
             body.subtract(opcodes(one))
         per = p.block_t * p.block_n / (32 * p.num_warps)

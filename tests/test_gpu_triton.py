@@ -247,20 +247,6 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
     _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
 
 
-def test_16bit_unsplit_below_65536_sequences():
-    """Time-major 16384 <= N < 65536 from T = 256: 16-bit values run the unsplit pipelined
-    one-warp tiles of float32 (sweep 33), float64 the split plans (computed at (300, 16_400)
-    of SHAPES)."""
-    import rl_triton_core.triton_backend as tb
-    from rl_triton_core.triton_backend import kernels
-
-    for kind, tile, stages in [(kernels.GAE, (16, 16), 3), (kernels.LAMBDA, (16, 16), 4),
-                               (kernels.VTRACE, (8, 16), 4), (kernels.RETRACE, (8, 16), 4)]:  # fmt: skip
-        plan = tb._plan(kind.value, 300, 16_400, True, CUDA)  # (not four_byte: 16-bit values)
-        assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, stages), kind
-        assert tb._plan(kind.value, 300, 16_400, True, CUDA, acc64=True).n_chunks > 1, kind
-
-
 def test_wide_float32_tiles_every_estimator():
     """Time-major float32 from [256, 65536]: GAE in 4 x 32 tiles, V-trace in 4 x 64 (the
     other estimators as below T = 256: see SHAPES); masked columns, a partial last tile."""

@@ -316,9 +316,9 @@ def _plan(
             # no split (sweep 26: 0.58-0.88x the time of the split plans below at [256 ..
             # 4096, 16384], discounted returns 0.92-1.00x; GAE's 3 stages 0.94-0.97x the time
             # of 4 at [512, 16384] and [4096, 16384] in sweep 27, 0.94-0.98x in sweep 26).
-            # 16-bit values too since sweep 33: in bfloat16 0.47-0.92x the time of the split
-            # plans below at [256, 16384], [2048, 32768] and [4096, 16384] (GAE 0.77-0.86x;
-            # Retrace 1.00x at [2048, 32768]); float64 not timed
+            # 16-bit values too since sweep 33: in bfloat16 0.47-0.92x the time of the plans
+            # below at [256, 16384], [2048, 32768] and [4096, 16384] (GAE 0.77-0.86x), but
+            # Retrace 1.00x at [2048, 32768]; float16 not timed; float64 keeps the plans below
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
             if kind == kernels.GAE.value:
                 stages = 3
@@ -556,8 +556,10 @@ def _full_tiles(plan: Plan, T: int, N: int, reverse: bool, kind: int, x) -> bool
     registers, and one wave of 32 one-warp programs an SM no longer fits), so they keep them.
     Retrace with bfloat16 values (``x``, the value inputs) keeps them too: without, sweep 33
     timed it at 1.28-1.29x the time at [256, 65536] and [1024, 65536] time-major (float16
-    0.98x, float32 1.00x; not understood), though 0.81-1.10x in the 8 x 16 tiles of 16384 <=
-    N < 65536 (mixed: one rule kept)."""
+    0.98x, float32 1.00x). Offline (sm_90 SASS of Triton 3.6, benchmarks/sass_count.py), that
+    kernel issues two of a tile's six loads only after the importance weights' exp: a second
+    memory round trip a tile, in one-warp programs that do not prefetch. In the 8 x 16 tiles
+    of 16384 <= N < 65536 the masks measured 0.81-1.10x (mixed: one rule kept)."""
     return (
         plan.n_chunks == 1
         and plan.chunk == T
