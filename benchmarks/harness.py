@@ -934,8 +934,12 @@ def main(argv=None) -> int:
         return self_check()
     if args.from_json:
         data = json.loads(args.from_json.read_text())
-        prefix = args.from_json.name.removesuffix("_results.json")
-        report.write_reports(args.out or args.from_json.parent, prefix, data["meta"], data["rows"])
+        # cuda_results.json -> cuda; a kept run's cuda_results_544ecba.json -> cuda_544ecba (its
+        # reports beside it, not over the committed run's)
+        prefix = args.from_json.stem.replace("_results", "", 1)
+        out = args.out or args.from_json.parent
+        out.mkdir(parents=True, exist_ok=True)
+        report.write_reports(out, prefix, data["meta"], data["rows"])
         return 0
     device = torch.device(args.device)
     if device.type == "cuda":
