@@ -18,13 +18,12 @@ on the GPU (``sweep_tiles.py``) says what is fast; this says what the instructio
 
 ESTIMATOR: gae, lambda_returns, discounted_returns, vtrace, retrace, eligibility_traces,
 linear_scan; float32 values (or ``--dtype``), terminated flags as bool, a bootstrap value
-where the estimator takes one (``sweep_tiles.estimator_calls``; ``linear_scan`` reverse unless ``--forward-scan``);
-time-major ``[T, N]`` unless ``bm``. ``--phase``
-picks the pass of a split plan (an unsplit plan has only the scan; a resident plan is one launch
-without a tile loop, compiled once and counted whole). ``--plan`` replaces the tile (unsplit;
-prefetch off; other ``Plan`` fields by name, e.g. ``segs=2``); ``--meta`` (repeatable)
-overrides a constexpr of the launch (an integer, e.g. ``FULL=1``: loads and stores without
-masks).
+where the estimator takes one (``sweep_tiles.estimator_calls``; ``linear_scan`` reverse
+unless ``--forward-scan``); time-major ``[T, N]`` unless ``bm``. ``--phase`` picks the pass
+of a split plan (an unsplit plan has only the scan; a resident plan is one launch without a
+tile loop, compiled once and counted whole). ``--plan`` replaces the tile (unsplit; prefetch
+off; other ``Plan`` fields by name, e.g. ``segs=2``); ``--meta`` (repeatable) overrides a
+constexpr of the launch (an integer, e.g. ``FULL=1``: loads and stores without masks).
 The local Triton may compile differently from the GPU machine's.
 """
 

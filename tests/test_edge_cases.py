@@ -735,8 +735,11 @@ def test_retrace_bfloat16_keeps_masks(backend, device):
         pytest.skip("the interpreter's plans")
     T, N = 8, 8
     inp = long_inputs("retrace", T, N, rng(23))
+
+    def cast(v, dtype):
+        return v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
     for dtype, full in ((torch.float32, True), (torch.float16, True), (torch.bfloat16, False)):
-        cast = lambda v, t: v.to(t) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
         ref = call("retrace", {k: cast(cast(v, dtype), F64) for k, v in inp.items()},
                    backend="reference")  # fmt: skip
         d = {k: cast(v, dtype) for k, v in inp.items()}
