@@ -728,9 +728,10 @@ def test_full_tiles_without_masks(fn, backend, device):
 
 
 def test_retrace_bfloat16_keeps_masks(backend, device):
-    """Retrace with bfloat16 values loads and stores with masks where float32 and float16
-    calls of the same shape do not (sweep 33: 1.28-1.29x the time without them on an H200);
-    the results match the oracle of the rounded inputs either way."""
+    """Retrace with bfloat16 values loads and stores with masks in tiles that neither pipeline
+    nor prefetch (the interpreter's here) where float32 and float16 calls of the same shape do
+    not (sweep 33: 1.28-1.29x the time without them on an H200); the results match the oracle
+    of the rounded inputs either way."""
     if not interpreted(backend):
         pytest.skip("the interpreter's plans")
     T, N = 8, 8

@@ -168,7 +168,8 @@ LAYOUTS = {
 # (262_144, 4): time-major, resident (one cooperative launch) for GAE, TD(lambda), discounted
 # returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too;
 # (64, 65_536), (70, 65_544), (100, 16_392) and (32, 16_392): time-major one-warp tiles,
-# unsplit, 8 x 32 (V-trace 4 x 32) in a pipelined loop (3 stages); Retrace in 4 x 32; float64
+# unsplit, 8 x 32 (V-trace 4 x 32) in a pipelined loop (3 stages); Retrace in 4 x 32 (pipelined
+# at N = 65536 and 65544 only); float64
 # in 8 x 16 with prefetch, at N >= 65536 GAE and V-trace in 4 x 32 with prefetch (masked
 # columns at N = 65544 and 16392, partial tiles at T = 70 and 100); (20, 65_544): the plans
 # of T < 32 there, 4 x 32 with prefetch (Retrace without), float32 traces and the forward scan
@@ -261,6 +262,26 @@ def test_wide_float32_tiles_every_estimator():
     out_like = torch.full((T, N), float("nan"), device=CUDA)
     got = _run_all(d, 0, "triton", out_like=out_like)
     _close_all(got, _run_all(_f64(d), 0, "torch"), torch.float32, "wide float32 tiles")
+
+
+@pytest.mark.parametrize("T,N", [(260, 32_784), (40, 131_088)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pipelined_wide_tiles_every_estimator(T, N, dtype):
+    """Time-major one-warp tiles pipelined in 3 stages from N = 32768 at T >= 256 (8 x 32,
+    V-trace 4 x 32, Retrace among them) and from N = 131072 (4 x 64 but V-trace's): masked
+    columns (N a multiple of 16 only), a partial last 8-row tile at T = 260."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    tile = (8, 32) if N < 65_536 else (4, 64)
+    for kind in (kernels.GAE, kernels.RETRACE, kernels.TRACES):
+        plan = tb._plan(kind.value, T, N, True, CUDA, four_byte=dtype == torch.float32)
+        assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, 3), kind
+    gen = torch.Generator(device=CUDA).manual_seed(T + N)
+    d = _inputs((T, N), 0, dtype, gen)
+    out_like = torch.full((T, N), float("nan"), dtype=dtype, device=CUDA)
+    got = _run_all(d, 0, "triton", out_like=out_like)
+    _close_all(got, _run_all(_f64(d), 0, "torch"), dtype, f"pipelined wide tiles {dtype}")
 
 
 def test_batch_major_shapes_in_one_tile():

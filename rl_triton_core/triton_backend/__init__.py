@@ -284,19 +284,41 @@ def _plan(
         heavy = vtrace or kind == kernels.RETRACE.value
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
-        if wide and many and T >= 32 and not acc64 and kind != kernels.RETRACE.value:
+        retrace = kind == kernels.RETRACE.value
+        if (
+            time_major
+            and (many or N >= 32768)
+            and T >= 32
+            and not acc64
+            and (not retrace or N >= 65536 or T >= 256)
+        ):
             # one-warp 8 x 32 tiles (V-trace 4 x 32) in a tile loop software-pipelined by
             # Triton in 3 stages (its loads issued asynchronously, stages ahead), no split
             # (sweep 26: 0.71-0.99x the time of the plans below at [32 .. 1024, 65536] and
             # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.13x, and
-            # Retrace 1.03-1.09x in 8 x 32 tiles, 0.99-1.51x in any tile timed: not taken).
+            # Retrace 1.03-1.09x in 8 x 32 tiles then: not taken).
             # From [256, 65536] in float32, GAE in 4 x 32 tiles and V-trace in 4 x 64 (sweep
             # 27: 0.94-0.98x and 0.98-0.99x the time at T of 256-1024, V-trace 0.98x in three
             # harness rounds at [1024, 65536] against one outlier at 1.08x; 1.00-1.01x at T =
             # 64; 1.15x and 1.47x at [128, 16384]; in bfloat16 1.08x and 1.19x; the other
-            # estimators 1.02-1.19x in 4 x 32 tiles)
+            # estimators 1.02-1.19x in 4 x 32 tiles).
+            # Sweep 34 (float32 and bfloat16, against the plans before):
+            # * from N = 32768 at any T (the 16 x 16 tiles below before; V-trace and Retrace
+            #   8 x 16): 0.65-0.93x the time at [512, 32768], [2048, 32768] and [1024, 49152]
+            #   (V-trace in 4 x 32 tiles 0.71-0.88x), linear_scan 0.78-1.01x; at N = 16384
+            #   these tiles took 1.11-1.56x, at 24576 0.98-1.27x: not taken;
+            # * Retrace from N = 65536 (4 x 32 tiles unpipelined before) in 4 x 32 tiles,
+            #   4 x 64 from T = 256: bfloat16 0.82-0.92x at T of 32-128, 0.73x at [1024, 65536],
+            #   0.81-0.91x at N = 131072; float32 0.94-1.01x (its time at [1024, 65536] was
+            #   1.03x the floor); float16 0.79-0.82x in 4 x 32 tiles at T of 256-1024;
+            # * from N = 131072 in 4 x 64 tiles (8 x 32 before; GAE 4 x 32), but V-trace's:
+            #   0.76-0.94x at T of 256 and 1024.
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
-            if four_byte and N >= 65536 and T >= 256:
+            if retrace and N >= 65536:
+                block_t, block_n = 4, 64 if T >= 256 else 32
+            if N >= 131072 and not vtrace:
+                block_t, block_n = 4, 64
+            elif four_byte and N >= 65536 and T >= 256:
                 if vtrace:
                     block_n = 64
                 elif kind == kernels.GAE.value:
@@ -311,7 +333,7 @@ def _plan(
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
                 block_t, block_n, prefetch = 8, 16, True
-        elif time_major and 16384 <= N < 65536 and not acc64:  # (T >= 256: not `many`)
+        elif time_major and 16384 <= N < 32768 and not acc64:  # (T >= 256: not `many`)
             # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages (GAE 3),
             # no split (sweep 26: 0.58-0.88x the time of the split plans below at [256 ..
             # 4096, 16384], discounted returns 0.92-1.00x; GAE's 3 stages 0.94-0.97x the time
@@ -556,10 +578,13 @@ def _full_tiles(plan: Plan, T: int, N: int, reverse: bool, kind: int, x) -> bool
     registers, and one wave of 32 one-warp programs an SM no longer fits), so they keep them.
     Retrace with bfloat16 values (``x``, the value inputs) keeps them too: without, sweep 33
     timed it at 1.28-1.29x the time at [256, 65536] and [1024, 65536] time-major (float16
-    0.98x, float32 1.00x). Offline (sm_90 SASS of Triton 3.6, benchmarks/sass_count.py), that
-    kernel issues two of a tile's six loads only after the importance weights' exp: a second
-    memory round trip a tile, in one-warp programs that do not prefetch. In the 8 x 16 tiles
-    of 16384 <= N < 65536 the masks measured 0.81-1.10x (mixed: one rule kept)."""
+    0.98x, float32 1.00x), in the one-warp 4 x 32 tiles Retrace then ran there unpipelined.
+    Offline (sm_90 SASS of Triton 3.6, benchmarks/sass_count.py), that kernel issues two of a
+    tile's six loads only after the importance weights' exp: a second memory round trip a
+    tile, in one-warp programs that neither prefetch nor pipeline. So only such plans keep the
+    masks: in pipelined tiles (sweep 34) the masks took 1.08-1.23x the time in the 8 x 16 tiles
+    of [256 .. 4096, 16384] (0.90-0.91x at [2048, 32768] and [1024, 49152], which now run
+    8 x 32 tiles) and 0.98-1.03x in 4 x 32 tiles at N = 65536."""
     return (
         plan.n_chunks == 1
         and plan.chunk == T
@@ -567,6 +592,8 @@ def _full_tiles(plan: Plan, T: int, N: int, reverse: bool, kind: int, x) -> bool
         and (reverse or not plan.prefetch)
         and not (
             kind == kernels.RETRACE.value
+            and plan.stages == 1
+            and not plan.prefetch
             and any(v is not None and v.dtype == torch.bfloat16 for v in x)
         )
     )
