@@ -51,7 +51,7 @@ def test_pipelined_tiles_from_32768_sequences(h200):
 def test_retrace_and_wide_tiles_from_65536_sequences(h200):
     """Retrace pipelined from N = 65536 at T >= 32 (4 x 32 tiles, 4 x 64 from T = 256; sweep
     34), below T = 32 unpipelined as before; every estimator but V-trace in 4 x 64 tiles from
-    N = 131072."""
+    N = 131072, V-trace in float32 in 4 x 32 there (4 x 64 from [256, 65536])."""
     retrace = kernels.RETRACE.value
     for T, N, tile, stages in ((64, 65_536, (4, 32), 3), (256, 65_536, (4, 64), 3),
                                (64, 131_072, (4, 64), 3), (16, 65_536, (4, 32), 1),
@@ -63,7 +63,9 @@ def test_retrace_and_wide_tiles_from_65536_sequences(h200):
             plan = tb._plan(kind.value, T, 131_072, True, H200, four_byte=four_byte)
             assert (plan[:2], plan.stages) == ((4, 64), 3), kind
             assert tb._plan(kind.value, T, 65_536, True, H200)[:2] == (8, 32), kind
-    assert tb._plan(kernels.VTRACE.value, 1024, 131_072, True, H200)[:2] == (4, 32)
+    vtrace = kernels.VTRACE.value
+    assert tb._plan(vtrace, 1024, 131_072, True, H200, four_byte=True)[:2] == (4, 32)
+    assert tb._plan(vtrace, 1024, 65_536, True, H200, four_byte=True)[:2] == (4, 64)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -311,13 +311,13 @@ def _plan(
             #   4 x 64 from T = 256: bfloat16 0.82-0.92x at T of 32-128, 0.73x at [1024, 65536],
             #   0.81-0.91x at N = 131072; float32 0.94-1.01x (its time at [1024, 65536] was
             #   1.03x the floor); float16 0.79-0.82x in 4 x 32 tiles at T of 256-1024;
-            # * from N = 131072 in 4 x 64 tiles (8 x 32 before; GAE 4 x 32), but V-trace's:
-            #   0.76-0.94x at T of 256 and 1024.
+            # * from N = 131072 in 4 x 64 tiles (8 x 32 before; GAE 4 x 32): 0.76-0.94x at T of
+            #   256 and 1024; V-trace in float32 back in 4 x 32 tiles there: 0.85x and 0.91x.
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
             if retrace and N >= 65536:
                 block_t, block_n = 4, 64 if T >= 256 else 32
-            if N >= 131072 and not vtrace:
-                block_t, block_n = 4, 64
+            if N >= 131072:
+                block_t, block_n = 4, 32 if vtrace else 64
             elif four_byte and N >= 65536 and T >= 256:
                 if vtrace:
                     block_n = 64
