@@ -18,8 +18,8 @@ def h200(monkeypatch):
     monkeypatch.setattr(tb, "_sm_count", lambda index: 132)
 
 
-def test_16bit_unsplit_below_65536_sequences(h200):
-    """Time-major 16384 <= N < 65536 from T = 256: 16-bit values run the unsplit pipelined
+def test_16bit_unsplit_below_32768_sequences(h200):
+    """Time-major 16384 <= N < 32768 from T = 256: 16-bit values run the unsplit pipelined
     one-warp tiles of float32 (sweep 33), float64 the split plans."""
     cases = [(kernels.GAE, (16, 16), 3), (kernels.LAMBDA, (16, 16), 4),
              (kernels.VTRACE, (8, 16), 4), (kernels.RETRACE, (8, 16), 4)]  # fmt: skip
@@ -28,7 +28,7 @@ def test_16bit_unsplit_below_65536_sequences(h200):
             plan = tb._plan(kind.value, 300, 16_400, True, H200, four_byte=four_byte)
             assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, stages), kind
         assert tb._plan(kind.value, 300, 16_400, True, H200, acc64=True).n_chunks > 1, kind
-    # below 16384 sequences and from 65536 the plans are those of before
+    # below 16384 sequences the plans are those of before (from 32768: the next test)
     assert tb._plan(kernels.GAE.value, 300, 16_383, True, H200).n_chunks > 1
     assert tb._plan(kernels.GAE.value, 300, 65_536, True, H200)[:2] == (8, 32)
 
