@@ -35,8 +35,8 @@ def test_16bit_unsplit_below_32768_sequences(h200):
 
 def test_pipelined_tiles_from_32768_sequences(h200):
     """Time-major from N = 32768 at T >= 256: the one-warp tiles pipelined in 3 stages of
-    N >= 65536, 8 x 32 (V-trace 4 x 32; sweep 34), Retrace included; below, the 16 x 16 tiles
-    stay; float64 keeps its split plans."""
+    N >= 65536, 8 x 32 (V-trace 4 x 32; sweep 34), Retrace included; below, the 16-column
+    tiles stay; float64 keeps its split plans."""
     cases = [(kernels.GAE, (8, 32)), (kernels.LAMBDA, (8, 32)), (kernels.VTRACE, (4, 32)),
              (kernels.RETRACE, (8, 32)), (kernels.TRACES, (8, 32)), (kernels.SCAN, (8, 32))]  # fmt: skip
     for kind, tile in cases:
@@ -72,8 +72,9 @@ def test_retrace_and_wide_tiles_from_65536_sequences(h200):
 def test_retrace_bfloat16_keeps_masks_in_unpipelined_tiles(h200, dtype):
     """An unsplit time-major Retrace call whose tiles all fit drops its masks, but with
     bfloat16 values in tiles that neither pipeline nor prefetch ([16, 65536]: 4 x 32 tiles;
-    sweep 33: 1.28-1.29x the time without them there); in pipelined tiles (at [1024, 65536]
-    and [1024, 16384]) it drops them too (sweep 34); the other estimators drop them."""
+    sweep 33 timed these tiles without masks at 1.28-1.29x at [256, 65536] and [1024, 65536],
+    sweep 34 at 1.12x at [16, 65536]); in pipelined tiles (at [1024, 65536] and [1024, 16384])
+    it drops them too (sweep 34); the other estimators drop them."""
     x = [torch.empty(16, 65_536, dtype=dtype, device="meta")] * 5
     retrace = kernels.RETRACE.value
     plan = tb._plan(retrace, 16, 65_536, True, H200)

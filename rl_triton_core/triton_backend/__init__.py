@@ -143,9 +143,9 @@ _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
 # and Retrace (1.09-1.16x) keep 4 x 32. At 16384 <= N < 65536 (T < 256) every estimator but
 # Retrace (1.08-1.11x; bfloat16 0.93x) runs them: 0.54-0.95x the time, TD(lambda) 1.01x at
 # [16, 16384]. (Ratios: best of two rounds each; see the sweep.) Since sweep 26 the pipelined
-# tiles take every call from T = 32 but Retrace's and float64 ones: these tiles now run
-# float64 calls (from N = 65536 from T = 64, not GAE's) and, at 16384 <= N < 65536, the other
-# calls below T = 32.
+# tiles take every call from T = 32 but Retrace's and float64 ones (since sweep 34 Retrace's
+# too from N = 65536): these tiles now run float64 calls (from N = 65536 from T = 64, not
+# GAE's) and, at 16384 <= N < 65536, the other calls below T = 32.
 _ONE_WARP_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 # Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
@@ -303,16 +303,22 @@ def _plan(
             # 64; 1.15x and 1.47x at [128, 16384]; in bfloat16 1.08x and 1.19x; the other
             # estimators 1.02-1.19x in 4 x 32 tiles).
             # Sweep 34 (float32 and bfloat16, against the plans before):
-            # * from N = 32768 at any T (the 16 x 16 tiles below before; V-trace and Retrace
-            #   8 x 16): 0.65-0.93x the time at [512, 32768], [2048, 32768] and [1024, 49152]
-            #   (V-trace in 4 x 32 tiles 0.71-0.88x), linear_scan 0.78-1.01x; at N = 16384
-            #   these tiles took 1.11-1.56x, at 24576 0.98-1.27x: not taken;
+            # * from N = 32768 at T >= 256 too (below T = 256 these shapes ran these tiles
+            #   already), in 8 x 32 tiles (V-trace 4 x 32), not the 4 x 32 or 4 x 64 that
+            #   float32 GAE and V-trace run from [256, 65536]; before, the 16-column tiles of
+            #   the branch below: 0.65-0.98x the time at [512, 32768], [2048, 32768] and
+            #   [1024, 49152] (discounted returns, traces and episodic sums 1.07x at
+            #   [512, 32768] in float32), V-trace 0.71-0.88x, linear_scan 0.75-1.00x. At
+            #   N = 16384 these tiles took 1.11-1.56x, at 24576 0.98-1.27x: not taken (Retrace
+            #   there 0.84-1.01x and 0.73-0.89x: not validated, a lead);
             # * Retrace from N = 65536 (4 x 32 tiles unpipelined before) in 4 x 32 tiles,
             #   4 x 64 from T = 256: bfloat16 0.82-0.92x at T of 32-128, 0.73x at [1024, 65536],
-            #   0.81-0.91x at N = 131072; float32 0.94-1.01x (its time at [1024, 65536] was
-            #   1.03x the floor); float16 0.79-0.82x in 4 x 32 tiles at T of 256-1024;
-            # * from N = 131072 in 4 x 64 tiles (8 x 32 before; GAE 4 x 32): 0.76-0.94x at T of
-            #   256 and 1024; V-trace in float32 back in 4 x 32 tiles there: 0.85x and 0.91x.
+            #   0.81-0.95x at N = 131072; float32 0.94-1.01x (its time at [1024, 65536] was
+            #   1.03x the floor); float16 0.82-0.92x at T of 32-128, 0.76-0.79x at 256-1024;
+            # * from N = 131072 in 4 x 64 tiles (8 x 32 before; float32 GAE from T = 256 4 x 32,
+            #   Retrace 4 x 32 unpipelined): 0.76-0.94x at T of 256 and 1024, 0.86-1.02x at
+            #   T of 32 and 128 (float32 traces 1.01x, the scan 1.02x at T = 32); V-trace in
+            #   float32 back in 4 x 32 tiles there: 0.85x and 0.91x.
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
             if retrace and N >= 65536:
                 block_t, block_n = 4, 64 if T >= 256 else 32
@@ -340,7 +346,8 @@ def _plan(
             # of 4 at [512, 16384] and [4096, 16384] in sweep 27, 0.94-0.98x in sweep 26).
             # 16-bit values too since sweep 33: in bfloat16 0.47-0.92x the time of the plans
             # below at [256, 16384], [2048, 32768] and [4096, 16384] (GAE 0.77-0.86x), but
-            # Retrace 1.00x at [2048, 32768]; float16 not timed; float64 keeps the plans below
+            # Retrace 1.00x at [2048, 32768]; float16 not timed; float64 keeps the plans below.
+            # (From N = 32768 the pipelined branch above takes these calls since sweep 34.)
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
             if kind == kernels.GAE.value:
                 stages = 3
