@@ -248,6 +248,16 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
     _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
 
 
+def _time_major_against_float64(T, N, dtype, label):
+    """Every estimator on time-major ``[T, N]`` inputs of ``dtype`` into NaN-poisoned outputs,
+    against the torch backend in float64."""
+    gen = torch.Generator(device=CUDA).manual_seed(T + N)
+    d = _inputs((T, N), 0, dtype, gen)
+    out_like = torch.full((T, N), float("nan"), dtype=dtype, device=CUDA)
+    got = _run_all(d, 0, "triton", out_like=out_like)
+    _close_all(got, _run_all(_f64(d), 0, "torch"), dtype, label)
+
+
 def test_wide_float32_tiles_every_estimator():
     """Time-major float32 from [256, 65536]: GAE in 4 x 32 tiles, V-trace in 4 x 64 (the
     other estimators as below T = 256: see SHAPES); masked columns, a partial last tile."""
@@ -257,11 +267,7 @@ def test_wide_float32_tiles_every_estimator():
     T, N = 260, 65_552
     assert tb._plan(kernels.GAE.value, T, N, True, CUDA, four_byte=True)[:2] == (4, 32)
     assert tb._plan(kernels.VTRACE.value, T, N, True, CUDA, four_byte=True)[:2] == (4, 64)
-    gen = torch.Generator(device=CUDA).manual_seed(T + N)
-    d = _inputs((T, N), 0, torch.float32, gen)
-    out_like = torch.full((T, N), float("nan"), device=CUDA)
-    got = _run_all(d, 0, "triton", out_like=out_like)
-    _close_all(got, _run_all(_f64(d), 0, "torch"), torch.float32, "wide float32 tiles")
+    _time_major_against_float64(T, N, torch.float32, "wide float32 tiles")
 
 
 @pytest.mark.parametrize("T,N", [(260, 32_784), (40, 131_088)])
@@ -277,11 +283,7 @@ def test_pipelined_wide_tiles_every_estimator(T, N, dtype):
     for kind in (kernels.GAE, kernels.RETRACE, kernels.TRACES):
         plan = tb._plan(kind.value, T, N, True, CUDA, four_byte=dtype == torch.float32)
         assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, 3), kind
-    gen = torch.Generator(device=CUDA).manual_seed(T + N)
-    d = _inputs((T, N), 0, dtype, gen)
-    out_like = torch.full((T, N), float("nan"), dtype=dtype, device=CUDA)
-    got = _run_all(d, 0, "triton", out_like=out_like)
-    _close_all(got, _run_all(_f64(d), 0, "torch"), dtype, f"pipelined wide tiles {dtype}")
+    _time_major_against_float64(T, N, dtype, f"pipelined wide tiles {dtype}")
 
 
 def test_batch_major_shapes_in_one_tile():

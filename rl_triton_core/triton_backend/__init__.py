@@ -249,6 +249,7 @@ def _plan(
     """
     max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
     vtrace = kind == kernels.VTRACE.value
+    retrace = kind == kernels.RETRACE.value
     segs, prefetch, stages = 1, False, 1
     one_wave = False  # target: at most this many programs (else at least; see the split below)
     resident_ok = device not in _NO_RESIDENT
@@ -281,10 +282,9 @@ def _plan(
         # sweep 23: 0.54-0.86x the time of its plans before at N >= 16384 below T = 256)
         many = N >= 65536 or (N >= 16384 and T < 256)
         wide = time_major and N > 16 and (not vtrace or many)
-        heavy = vtrace or kind == kernels.RETRACE.value
+        heavy = vtrace or retrace
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
-        retrace = kind == kernels.RETRACE.value
         if (
             time_major
             and (many or N >= 32768)
@@ -335,7 +335,7 @@ def _plan(
         elif wide and many:  # one-warp tiles, no split:
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
             prefetch = kind in _PREFETCH_WIDE  # or 8 x 16 tiles (see _ONE_WARP_WIDE)
-            if (kind != kernels.RETRACE.value and N < 65536) or (
+            if (not retrace and N < 65536) or (
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
                 block_t, block_n, prefetch = 8, 16, True
@@ -390,7 +390,7 @@ def _plan(
         elif time_major and N < 1024:  # (16 < N < 256 below T = 512; to N = 1024 below 256,
             # V-trace and Retrace below 512)
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
-        elif time_major and 1 < T <= (16 if kind == kernels.RETRACE.value else 32):
+        elif time_major and 1 < T <= (16 if retrace else 32):
             # short rollouts (1024 <= N < 16384): one-warp 16 x 8 tiles (sweep 23: the 64 x 16
             # tiles of 8 warps below took 1.07-2.14x their time at T of 16-32 and N of 1024-8192;
             # discounted returns 0.96x at [32, 4096]; Retrace 1.14-1.24x at T = 16 but
