@@ -286,6 +286,21 @@ def test_pipelined_wide_tiles_every_estimator(T, N, dtype):
     _time_major_against_float64(T, N, dtype, f"pipelined wide tiles {dtype}")
 
 
+@pytest.mark.parametrize("T,N,dtype", [(300, 16_392, torch.bfloat16), (40, 65_544, torch.float16)])
+def test_unaligned_16bit_rows_every_estimator(T, N, dtype):
+    """Time-major 16-bit rows whose stride is not a multiple of 16 (no alignment hint for
+    Triton): the backward scans run unpipelined prefetching tiles (sweep 35), the forward
+    scans their pipelined ones; masked columns, a partial last 8-row tile at T = 300."""
+    import rl_triton_core.triton_backend as tb
+
+    forget_launches()
+    _time_major_against_float64(T, N, dtype, f"unaligned 16-bit rows {dtype}")
+    plans = [(launch.meta["REVERSE"], launch.plan) for launch in tb._LAUNCHES.values()]
+    assert {reverse for reverse, _ in plans} == {False, True}
+    for reverse, plan in plans:
+        assert plan.n_chunks == 1 and (plan.stages == 1) == reverse == plan.prefetch, plan
+
+
 def test_batch_major_shapes_in_one_tile():
     """The batch-major SHAPES said above to run one tile a sequence do (no split), and V-trace
     keeps its 4-column tiles at (2048, 1024): the large-shape tests reach the rule's edges."""

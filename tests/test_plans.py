@@ -35,27 +35,30 @@ def test_16bit_unsplit_below_32768_sequences(h200):
 
 def test_pipelined_tiles_from_32768_sequences(h200):
     """Time-major from N = 32768 at T >= 256: the one-warp tiles pipelined in 3 stages of
-    N >= 65536, 8 x 32 (V-trace 4 x 32; sweep 34), Retrace included; below, the 16-column
-    tiles stay; float64 keeps its split plans."""
+    N >= 65536, 8 x 32 (V-trace 4 x 32; sweep 34), Retrace's from N = 20480 (sweep 35); below,
+    the 16-column tiles stay; float64 keeps its split plans."""
     cases = [(kernels.GAE, (8, 32)), (kernels.LAMBDA, (8, 32)), (kernels.VTRACE, (4, 32)),
              (kernels.RETRACE, (8, 32)), (kernels.TRACES, (8, 32)), (kernels.SCAN, (8, 32))]  # fmt: skip
     for kind, tile in cases:
+        first = 20_480 if kind == kernels.RETRACE else 32_768
         for four_byte in (False, True):
-            plan = tb._plan(kind.value, 300, 32_768, True, H200, four_byte=four_byte)
+            plan = tb._plan(kind.value, 300, first, True, H200, four_byte=four_byte)
             assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, 3), kind
-            plan = tb._plan(kind.value, 300, 32_767, True, H200, four_byte=four_byte)
+            plan = tb._plan(kind.value, 300, first - 1, True, H200, four_byte=four_byte)
             assert (plan.block_n, plan.stages) == (16, 4 if kind != kernels.GAE else 3), kind
-        assert tb._plan(kind.value, 300, 32_768, True, H200, acc64=True).n_chunks > 1, kind
+        assert tb._plan(kind.value, 300, first, True, H200, acc64=True).n_chunks > 1, kind
 
 
 def test_retrace_and_wide_tiles_from_65536_sequences(h200):
     """Retrace pipelined from N = 65536 at T >= 32 (4 x 32 tiles, 4 x 64 from T = 256; sweep
-    34), below T = 32 unpipelined as before; every estimator but V-trace in 4 x 64 tiles from
-    N = 131072, V-trace in float32 in 4 x 32 there (4 x 64 from [256, 65536])."""
+    34), and in 8 x 32 tiles from N = 16384 below T = 256 (sweep 35); below T = 32 in 4 x 32
+    tiles, unpipelined; every estimator but V-trace in 4 x 64 tiles from N = 131072, V-trace
+    in float32 in 4 x 32 there (4 x 64 from [256, 65536])."""
     retrace = kernels.RETRACE.value
     for T, N, tile, stages in ((64, 65_536, (4, 32), 3), (256, 65_536, (4, 64), 3),
                                (64, 131_072, (4, 64), 3), (16, 65_536, (4, 32), 1),
-                               (128, 32_768, (4, 32), 1)):  # fmt: skip
+                               (128, 32_768, (8, 32), 3), (32, 16_384, (8, 32), 3),
+                               (31, 16_384, (4, 32), 1)):  # fmt: skip
         plan = tb._plan(retrace, T, N, True, H200)
         assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, stages), (T, N)
     for kind in (kernels.GAE, kernels.LAMBDA, kernels.DISCOUNTED, kernels.TRACES, kernels.SCAN):
@@ -68,20 +71,71 @@ def test_retrace_and_wide_tiles_from_65536_sequences(h200):
     assert tb._plan(vtrace, 1024, 65_536, True, H200, four_byte=True)[:2] == (4, 64)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_retrace_bfloat16_keeps_masks_in_unpipelined_tiles(h200, dtype):
-    """An unsplit time-major Retrace call whose tiles all fit drops its masks, but with
-    bfloat16 values in tiles that neither pipeline nor prefetch ([16, 65536]: 4 x 32 tiles;
-    sweep 33 timed these tiles without masks at 1.28-1.29x at [256, 65536] and [1024, 65536],
-    sweep 34 at 1.12x at [16, 65536]); in pipelined tiles (at [1024, 65536] and [1024, 16384])
-    it drops them too (sweep 34); the other estimators drop them."""
-    x = [torch.empty(16, 65_536, dtype=dtype, device="meta")] * 5
+def test_retrace_prefetches_unmasked_below_32_steps(h200):
+    """Retrace's unpipelined 4 x 32 tiles (T < 32 from N = 16384) prefetch, but in float64
+    (sweep 35: 1.07-1.13x the time), and every unsplit tile that fits runs without masks in
+    every dtype: the bfloat16 exception of sweep 33 is gone (without prefetch its loads came
+    late; with it, 0.96-1.07x the time of the masked tiles)."""
     retrace = kernels.RETRACE.value
     plan = tb._plan(retrace, 16, 65_536, True, H200)
-    assert (plan.n_chunks, plan.chunk, plan.cols, plan.stages, plan.prefetch) == (
-        1, 16, 32, 1, False)  # fmt: skip
-    assert tb._full_tiles(plan, 16, 65_536, True, retrace, x) == (dtype != torch.bfloat16)
-    assert tb._full_tiles(plan, 16, 65_536, True, kernels.VTRACE.value, x)
-    for T, N in ((1024, 65_536), (1024, 16_384)):
-        plan = tb._plan(retrace, T, N, True, H200)
-        assert plan.stages > 1 and tb._full_tiles(plan, T, N, True, retrace, x), (T, N)
+    assert (plan[:2], plan.n_chunks, plan.chunk, plan.stages, plan.prefetch) == (
+        (4, 32), 1, 16, 1, True)  # fmt: skip
+    assert tb._full_tiles(plan, 16, 65_536, True)
+    assert not tb._plan(retrace, 16, 65_536, True, H200, acc64=True).prefetch
+    assert not tb._full_tiles(plan, 16, 65_540, True)  # (a partial tile of columns)
+
+
+def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
+    """Backward scans of 16-bit rows whose stride is not a multiple of 16 run one-warp 4 x 32
+    tiles (Retrace 8 x 16), prefetching, unpipelined, where aligned rows run pipelined tiles
+    (sweep 35); forward scans and float64 keep their plans."""
+    for kind, tile in ((kernels.GAE, (4, 32)), (kernels.VTRACE, (4, 32)), (kernels.RETRACE, (8, 16)),
+                       (kernels.SCAN, (4, 32))):  # fmt: skip
+        for T, N in ((512, 33_000), (1024, 16_392), (64, 20_008), (128, 65_544)):
+            plan = tb._plan(kind.value, T, N, True, H200, aligned=False)
+            assert (plan[:2], plan.n_chunks, plan.stages, plan.prefetch) == (tile, 1, 1, True)
+            assert tb._plan(kind.value, T, N, True, H200).stages > 1, (kind, T, N)
+        # below T = 32 and N = 16384 the plans do not pipeline: unchanged
+        for T, N in ((16, 33_000), (512, 16_376)):
+            assert tb._plan(kind.value, T, N, True, H200, aligned=False) == tb._plan(
+                kind.value, T, N, True, H200
+            )
+    for kind in (kernels.TRACES, kernels.SCAN):  # forward scans (traces, episodic sums, ...)
+        plan = tb._plan(kind.value, 512, 33_000, True, H200, reverse=False, aligned=False)
+        assert plan.stages == 3, kind
+    assert (
+        tb._plan(kernels.GAE.value, 512, 33_000, True, H200, acc64=True, aligned=False).n_chunks > 1
+    )
+
+
+@pytest.mark.parametrize(
+    "dtype,shape,cols,aligned",
+    [
+        (torch.bfloat16, (4, 24), 24, False),
+        (torch.float16, (4, 24), 24, False),
+        (torch.bfloat16, (4, 32), 32, True),
+        (torch.bfloat16, (4, 32), 24, True),  # a view of 24 columns in rows of 32
+        (torch.float32, (4, 24), 24, True),  # (only 16-bit rows count)
+    ],
+)
+def test_rows_aligned_from_strides(monkeypatch, dtype, shape, cols, aligned):
+    """The launcher tells ``_plan`` whether every 16-bit value tensor's time stride is a
+    multiple of 16 elements (the rows Triton can copy asynchronously), from the strides, not N."""
+    import rl_triton_core as rtc
+
+    seen = []
+    real = tb._plan
+
+    def plan(*args, **kwargs):
+        seen.append(kwargs["aligned"])
+        return real(*args, **kwargs)
+
+    if not (tb._INTERPRETED or torch.cuda.is_available()):
+        pytest.skip("needs the Triton interpreter or a GPU")
+    device = "cpu" if tb._INTERPRETED else "cuda"
+    monkeypatch.setattr(tb, "_plan", plan)
+    tb._LAUNCHES.clear()
+    r, v = (torch.randn(shape, device=device).to(dtype)[:, :cols] for _ in range(2))
+    done = torch.zeros(shape, dtype=torch.bool, device=device)[:, :cols]
+    rtc.gae(r, v, done, bootstrap_value=v[0], backend="triton")
+    assert seen == [aligned]

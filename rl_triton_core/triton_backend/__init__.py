@@ -121,10 +121,13 @@ class Plan(NamedTuple):
 # (sweep 11: faster there for these three, slower for the estimators that read more inputs).
 _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value)
 # Estimators whose plans prefetch (sweep 12): time-major with a warp per 32 columns
-# 0.92-0.98x the time (Retrace 1.0x; V-trace, in that plan since sweep 22, 0.65x at
-# [1024, 65536]), few long sequences (8 x 16 tiles) 0.78x for V-trace and 0.95x for GAE (GAE's
-# values tile is carried for its returns), batch-major one-sequence programs 0.90x for
-# eligibility traces / episodic sums; elsewhere 0.98-1.7x, no gain beyond noise.
+# 0.92-0.98x the time (V-trace, in that plan since sweep 22, 0.65x at [1024, 65536]; Retrace
+# 1.0x, but in bfloat16 it needed masks without (see _full_tiles): since sweep 35 it prefetches
+# there too but in float64 (1.07-1.13x), so that it runs unmasked: at [16, 16384],
+# [16, 65536] and [24, 131072] 0.96-1.07x the time of its masked tiles in bfloat16, 0.98-1.04x
+# in float32 and float16, over two probes), few long sequences (8 x 16 tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is
+# carried for its returns), batch-major one-sequence programs 0.90x for eligibility traces /
+# episodic sums; elsewhere 0.98-1.7x, no gain beyond noise.
 _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.VTRACE.value, kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
@@ -238,10 +241,13 @@ def _plan(
     reverse: bool = True,
     four_byte: bool = False,
     acc64: bool = False,
+    aligned: bool = True,
 ) -> Plan:
     """Tile orientation from the layout; split time when there are too few sequences.
     ``reverse``: a backward scan; ``four_byte``: every value and per-step coefficient tensor
-    4-byte, with float32 arithmetic; ``acc64``: float64 arithmetic.
+    4-byte, with float32 arithmetic; ``acc64``: float64 arithmetic; ``aligned``: no 16-bit
+    value or per-step coefficient tensor has a time stride that is not a multiple of 16
+    elements (computed in ``_describe``).
 
     The shapes come from sweeps of GAE on an H200 (benchmarks/sweep_tiles.py, results in
     benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
@@ -285,12 +291,27 @@ def _plan(
         heavy = vtrace or retrace
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
-        if (
+        if time_major and N >= 16384 and T >= 32 and reverse and not aligned and not acc64:
+            # backward scans of 16-bit rows not known to be 16-byte aligned, where the
+            # pipelined tiles below would run: one-warp 4 x 32 tiles (Retrace 8 x 16),
+            # prefetching, unpipelined, no split. Triton's pipelined loads (cp.async, 4 bytes or
+            # more) cannot copy 2-byte elements at rows of unknown alignment: offline (sm_90
+            # SASS, Triton 3.6) GAE's 8 x 32 tile at [512, 33000] in bfloat16 issues no
+            # asynchronous copy at all, 4 plain loads an element. Sweep 35, bfloat16 and float16
+            # at [512, 33000], [256, 65000], [1024, 16392], [128, 65544] and [64, 20008],
+            # against the pipelined tiles: GAE 0.40-0.60x the time, TD(lambda) 0.52-0.84x,
+            # discounted returns 0.45-0.99x, V-trace 0.50-0.79x, Retrace 0.59-0.86x (in 4 x 32
+            # tiles 0.99-1.16x), the backward scan 0.73-0.97x. Forward scans (eligibility
+            # traces, episodic sums) took 1.21-2.12x in these tiles, and float32 rows 0.68-2.21x
+            # across estimators in either tile: they stay pipelined.
+            block_t, block_n, unroll, warps, target, prefetch = 4, 32, 1, 1, 0, True
+            if retrace:
+                block_t, block_n = 8, 16
+        elif (
             time_major
-            and (many or N >= 32768)
+            and (many or N >= 32768 or (retrace and N >= 20480))
             and T >= 32
             and not acc64
-            and (not retrace or N >= 65536 or T >= 256)
         ):
             # one-warp 8 x 32 tiles (V-trace 4 x 32) in a tile loop software-pipelined by
             # Triton in 3 stages (its loads issued asynchronously, stages ahead), no split
@@ -319,6 +340,11 @@ def _plan(
             #   Retrace 4 x 32 unpipelined): 0.76-0.94x at T of 256 and 1024, 0.86-1.02x at
             #   T of 32 and 128 (float32 traces 1.01x, the scan 1.02x at T = 32); V-trace in
             #   float32 back in 4 x 32 tiles there: 0.85x and 0.91x.
+            # Sweep 35 (Retrace, float32, bfloat16 and float16, against the plans before):
+            # * at 16384 <= N < 65536 from T = 32 (4 x 32 tiles unpipelined before) in 8 x 32
+            #   tiles: 0.63-0.91x the time at T of 32-200;
+            # * from N = 20480 at T >= 256 (8 x 16 tiles in 4 stages before) in 8 x 32 tiles:
+            #   0.61-0.99x at N of 20480-28672 (at N = 16384 bfloat16 took 1.09-1.17x).
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
             if retrace and N >= 65536:
                 block_t, block_n = 4, 64 if T >= 256 else 32
@@ -334,7 +360,8 @@ def _plan(
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
         elif wide and many:  # one-warp tiles, no split:
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
-            prefetch = kind in _PREFETCH_WIDE  # or 8 x 16 tiles (see _ONE_WARP_WIDE)
+            prefetch = kind in _PREFETCH_WIDE or (retrace and not acc64)  # or 8 x 16 tiles
+            # (see _ONE_WARP_WIDE)
             if (not retrace and N < 65536) or (
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
@@ -347,7 +374,8 @@ def _plan(
             # 16-bit values too since sweep 33: in bfloat16 0.47-0.92x the time of the plans
             # below at [256, 16384], [2048, 32768] and [4096, 16384] (GAE 0.77-0.86x), but
             # Retrace 1.00x at [2048, 32768]; float16 not timed; float64 keeps the plans below.
-            # (From N = 32768 the pipelined branch above takes these calls since sweep 34.)
+            # (From N = 32768 the pipelined branch above takes these calls since sweep 34,
+            # Retrace's from N = 20480 since sweep 35.)
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
             if kind == kernels.GAE.value:
                 stages = 3
@@ -575,7 +603,7 @@ def _offsets_need_int64(T: int, N: int, pairs, b_n: int) -> bool:
     return max(reach, N * abs(b_n)) >= 2**31
 
 
-def _full_tiles(plan: Plan, T: int, N: int, reverse: bool, kind: int, x) -> bool:
+def _full_tiles(plan: Plan, T: int, N: int, reverse: bool) -> bool:
     """Whether the kernel may load and store without masks: an unsplit call whose tiles all lie
     inside ``[T, N]`` (T a whole number of tile steps, N of program columns) and no forward
     prefetch past its end. Sweep 32 (graph replay, L2 flushed), against the same kernels with
@@ -583,26 +611,15 @@ def _full_tiles(plan: Plan, T: int, N: int, reverse: bool, kind: int, x) -> bool
     0.89x, bfloat16 time-major 0.94-0.96x, 0.97-1.00x elsewhere but GAE batch-major (1.02x);
     split plans 0.97-1.06x (GAE [65536, 256] time-major 1.06x: its totals pass then needs 66
     registers, and one wave of 32 one-warp programs an SM no longer fits), so they keep them.
-    Retrace with bfloat16 values (``x``, the value inputs) keeps them too: without, sweep 33
-    timed it at 1.28-1.29x the time at [256, 65536] and [1024, 65536] time-major (float16
-    0.98x, float32 1.00x), in the one-warp 4 x 32 tiles Retrace then ran there unpipelined.
-    Offline (sm_90 SASS of Triton 3.6, benchmarks/sass_count.py), that kernel issues two of a
-    tile's six loads only after the importance weights' exp: a second memory round trip a
-    tile, in one-warp programs that neither prefetch nor pipeline. So only such plans keep the
-    masks: in pipelined tiles (sweep 34) the masks took 1.08-1.23x the time in the 8 x 16 tiles
-    of [256 .. 4096, 16384] (0.90-0.91x at [2048, 32768] and [1024, 49152], which now run
-    8 x 32 tiles) and 0.98-1.03x in 4 x 32 tiles at N = 65536."""
+    (Until sweep 35 Retrace with bfloat16 values kept them in one-warp 4 x 32 tiles that
+    neither prefetch nor pipeline: unmasked, ptxas issued two of a tile's six loads after the
+    importance weights' exp, 1.10-1.43x the time. Its 4 x 32 tiles now prefetch, which issues
+    every load early; its other unpipelined tiles measured 0.82-1.04x without masks.)"""
     return (
         plan.n_chunks == 1
         and plan.chunk == T
         and N % plan.cols == 0
         and (reverse or not plan.prefetch)
-        and not (
-            kind == kernels.RETRACE.value
-            and plan.stages == 1
-            and not plan.prefetch
-            and any(v is not None and v.dtype == torch.bfloat16 for v in x)
-        )
     )
 
 
@@ -623,8 +640,22 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     # memory, a scan along time when time is (batch-major layouts; a single sequence).
     time_major = N > 1 and (abs(s_t) >= abs(s_n) if s_n else True)
     four_byte = not acc64 and all(v.element_size() == 4 for v in (*x, *steps) if v is not None)
+    # (Triton hints strides that are multiples of 16: without, see _plan's unaligned tiles)
+    aligned = all(
+        stride % 16 == 0
+        for stride, group in ((s_t, x), (k_t, steps))
+        if any(v is not None and v.element_size() == 2 for v in group)
+    )
     plan = _plan(
-        kind, T, N, time_major, out0.device, reverse=reverse, four_byte=four_byte, acc64=acc64
+        kind,
+        T,
+        N,
+        time_major,
+        out0.device,
+        reverse=reverse,
+        four_byte=four_byte,
+        acc64=acc64,
+        aligned=aligned,
     )
     cols = plan.cols
     flip = reverse and time_major and plan.block_t > 1  # (see kernels._tile_offsets)
@@ -660,7 +691,7 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         K1_T=k1_t,
         K2_T=k2_t,
         IDX64=_offsets_need_int64(T, N, pairs, b_n),
-        FULL=_full_tiles(plan, T, N, reverse, kind, x),
+        FULL=_full_tiles(plan, T, N, reverse),
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
         BY=by,
