@@ -124,7 +124,7 @@ _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.va
 # 0.92-0.98x the time (V-trace, in that plan since sweep 22, 0.65x at [1024, 65536]; Retrace
 # 1.0x, but in bfloat16 it needed masks without (see _full_tiles): since sweep 35 it prefetches
 # there too but in float64 (1.07-1.13x), so that it runs unmasked: at [16, 16384],
-# [16, 65536] and [24, 131072] 0.96-1.07x the time of its masked tiles in bfloat16, 0.98-1.04x
+# [16, 65536] and [24, 131072] 0.96-1.07x the time of its masked tiles in bfloat16, 0.97-1.04x
 # in float32 and float16, over two probes), few long sequences (8 x 16 tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is
 # carried for its returns), batch-major one-sequence programs 0.90x for eligibility traces /
 # episodic sums; elsewhere 0.98-1.7x, no gain beyond noise.
@@ -302,7 +302,7 @@ def _plan(
             # against the pipelined tiles: GAE 0.40-0.60x the time, TD(lambda) 0.52-0.84x,
             # discounted returns 0.45-0.99x, V-trace 0.50-0.79x, Retrace 0.59-0.86x (in 4 x 32
             # tiles 0.99-1.16x), the backward scan 0.73-0.97x. Forward scans (eligibility
-            # traces, episodic sums) took 1.21-2.12x in these tiles, and float32 rows 0.68-2.21x
+            # traces, episodic sums) took 1.21-2.12x in these tiles, and float32 rows 0.54-2.21x
             # across estimators in either tile: they stay pipelined.
             block_t, block_n, unroll, warps, target, prefetch = 4, 32, 1, 1, 0, True
             if retrace:
