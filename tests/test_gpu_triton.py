@@ -168,11 +168,12 @@ LAYOUTS = {
 # (262_144, 4): time-major, resident (one cooperative launch) for GAE, TD(lambda), discounted
 # returns and V-trace (a partial last chunk at N = 2); V-trace at (1_000_000, 1) too;
 # (64, 65_536), (70, 65_544), (100, 16_392) and (32, 16_392): time-major one-warp tiles,
-# unsplit, 8 x 32 (V-trace 4 x 32) in a pipelined loop (3 stages); Retrace in 4 x 32 (pipelined
-# at N = 65536 and 65544 only); float64
+# unsplit, 8 x 32 (V-trace 4 x 32) in a pipelined loop (3 stages), Retrace too (4 x 32 at
+# N = 65536 and 65544), but 16-bit backward scans at N = 65544 and 16392 (a row stride not a
+# multiple of 16) in unpipelined 4 x 32 tiles with prefetch (Retrace 8 x 16); float64
 # in 8 x 16 with prefetch, at N >= 65536 GAE and V-trace in 4 x 32 with prefetch (masked
 # columns at N = 65544 and 16392, partial tiles at T = 70 and 100); (20, 65_544): the plans
-# of T < 32 there, 4 x 32 with prefetch (Retrace without), float32 traces and the forward scan
+# of T < 32 there, 4 x 32 with prefetch (Retrace's not in float64), float32 traces and the forward scan
 # in a warp per 128 columns of 8-row tiles (a partial tile and a partial warp of columns);
 # batch-major V-trace in (64, 4) tiles at T <= 64 (a program per sequence at T = 70);
 # batch-major (and torchrl) (4096, 3), (8192, 5), (65_536, 3), (131_072, 16), (16_384, 100),
@@ -290,7 +291,8 @@ def test_pipelined_wide_tiles_every_estimator(T, N, dtype):
 def test_unaligned_16bit_rows_every_estimator(T, N, dtype):
     """Time-major 16-bit rows whose stride is not a multiple of 16 (no alignment hint for
     Triton): the backward scans run unpipelined prefetching tiles (sweep 35), the forward
-    scans their pipelined ones; masked columns, a partial last 8-row tile at T = 300."""
+    scans their pipelined ones; masked columns, a partial last tile of Retrace's 8 rows at
+    T = 300."""
     import rl_triton_core.triton_backend as tb
 
     forget_launches()

@@ -19,8 +19,8 @@ def h200(monkeypatch):
 
 
 def test_16bit_unsplit_below_32768_sequences(h200):
-    """Time-major 16384 <= N < 32768 from T = 256: 16-bit values run the unsplit pipelined
-    one-warp tiles of float32 (sweep 33), float64 the split plans."""
+    """Time-major 16384 <= N < 32768 (Retrace: < 20480) from T = 256: 16-bit values run the
+    unsplit pipelined one-warp tiles of float32 (sweep 33), float64 the split plans."""
     cases = [(kernels.GAE, (16, 16), 3), (kernels.LAMBDA, (16, 16), 4),
              (kernels.VTRACE, (8, 16), 4), (kernels.RETRACE, (8, 16), 4)]  # fmt: skip
     for kind, tile, stages in cases:
@@ -108,6 +108,23 @@ def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
     )
 
 
+@pytest.fixture
+def aligned_seen(monkeypatch):
+    """The device of a real launch (the interpreter's CPU, else the GPU) and the list of the
+    ``aligned`` flags the launcher passes to ``_plan`` from then on."""
+    if not (tb._INTERPRETED or torch.cuda.is_available()):
+        pytest.skip("needs the Triton interpreter or a GPU")
+    seen, real = [], tb._plan
+
+    def plan(*args, **kwargs):
+        seen.append(kwargs["aligned"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tb, "_plan", plan)
+    tb._LAUNCHES.clear()
+    return ("cpu" if tb._INTERPRETED else "cuda"), seen
+
+
 @pytest.mark.parametrize(
     "dtype,shape,cols,aligned",
     [
@@ -118,24 +135,31 @@ def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
         (torch.float32, (4, 24), 24, True),  # (only 16-bit rows count)
     ],
 )
-def test_rows_aligned_from_strides(monkeypatch, dtype, shape, cols, aligned):
+def test_rows_aligned_from_strides(aligned_seen, dtype, shape, cols, aligned):
     """The launcher tells ``_plan`` whether every 16-bit value tensor's time stride is a
     multiple of 16 elements (the rows Triton can copy asynchronously), from the strides, not N."""
     import rl_triton_core as rtc
 
-    seen = []
-    real = tb._plan
-
-    def plan(*args, **kwargs):
-        seen.append(kwargs["aligned"])
-        return real(*args, **kwargs)
-
-    if not (tb._INTERPRETED or torch.cuda.is_available()):
-        pytest.skip("needs the Triton interpreter or a GPU")
-    device = "cpu" if tb._INTERPRETED else "cuda"
-    monkeypatch.setattr(tb, "_plan", plan)
-    tb._LAUNCHES.clear()
+    device, seen = aligned_seen
     r, v = (torch.randn(shape, device=device).to(dtype)[:, :cols] for _ in range(2))
     done = torch.zeros(shape, dtype=torch.bool, device=device)[:, :cols]
     rtc.gae(r, v, done, bootstrap_value=v[0], backend="triton")
+    assert seen == [aligned]
+
+
+@pytest.mark.parametrize(
+    "gamma_shape,aligned",
+    [((4, 24), False), ((4, 32), True), ((4, 1), True)],  # ([4, 1]: broadcast, column stride 0)
+)
+def test_rows_aligned_counts_step_coefficients(aligned_seen, gamma_shape, aligned):
+    """A per-step bfloat16 gamma beside float32 values counts as 16-bit rows when its own rows
+    are contiguous: unaligned at a row stride of 24, aligned at 32 (a view of 24 columns of it)
+    and when broadcast over the sequences."""
+    import rl_triton_core as rtc
+
+    device, seen = aligned_seen
+    r, v = (torch.randn(4, 24, device=device) for _ in range(2))
+    done = torch.zeros(4, 24, dtype=torch.bool, device=device)
+    gamma = torch.full(gamma_shape, 0.9, device=device).to(torch.bfloat16)[:, :24]
+    rtc.gae(r, v, done, bootstrap_value=v[0], gamma=gamma, backend="triton")
     assert seen == [aligned]

@@ -123,11 +123,12 @@ _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.va
 # Estimators whose plans prefetch (sweep 12): time-major with a warp per 32 columns
 # 0.92-0.98x the time (V-trace, in that plan since sweep 22, 0.65x at [1024, 65536]; Retrace
 # 1.0x, but in bfloat16 it needed masks without (see _full_tiles): since sweep 35 it prefetches
-# there too but in float64 (1.07-1.13x), so that it runs unmasked: at [16, 16384],
-# [16, 65536] and [24, 131072] 0.96-1.07x the time of its masked tiles in bfloat16, 0.97-1.04x
-# in float32 and float16, over two probes), few long sequences (8 x 16 tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is
-# carried for its returns), batch-major one-sequence programs 0.90x for eligibility traces /
-# episodic sums; elsewhere 0.98-1.7x, no gain beyond noise.
+# there too, except in float64 (1.07-1.13x), so that it runs unmasked: at [16, 16384],
+# [16, 65536] and [24, 131072] 0.96-1.07x the time of its masked tiles in bfloat16, in float32
+# and float16 (unmasked before too) 0.97-1.04x, over two probes), few long sequences (8 x 16
+# tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is carried for its returns),
+# batch-major one-sequence programs 0.90x for eligibility traces / episodic sums; elsewhere
+# 0.98-1.7x, no gain beyond noise.
 _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.VTRACE.value, kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
@@ -292,18 +293,20 @@ def _plan(
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
         if time_major and N >= 16384 and T >= 32 and reverse and not aligned and not acc64:
-            # backward scans of 16-bit rows not known to be 16-byte aligned, where the
-            # pipelined tiles below would run: one-warp 4 x 32 tiles (Retrace 8 x 16),
-            # prefetching, unpipelined, no split. Triton's pipelined loads (cp.async, 4 bytes or
-            # more) cannot copy 2-byte elements at rows of unknown alignment: offline (sm_90
-            # SASS, Triton 3.6) GAE's 8 x 32 tile at [512, 33000] in bfloat16 issues no
-            # asynchronous copy at all, 4 plain loads an element. Sweep 35, bfloat16 and float16
-            # at [512, 33000], [256, 65000], [1024, 16392], [128, 65544] and [64, 20008],
-            # against the pipelined tiles: GAE 0.40-0.60x the time, TD(lambda) 0.52-0.84x,
-            # discounted returns 0.45-0.99x, V-trace 0.50-0.79x, Retrace 0.59-0.86x (in 4 x 32
-            # tiles 0.99-1.16x), the backward scan 0.73-0.97x. Forward scans (eligibility
-            # traces, episodic sums) took 1.21-2.12x in these tiles, and float32 rows 0.54-2.21x
-            # across estimators in either tile: they stay pipelined.
+            # backward scans of 16-bit rows whose time stride is not a multiple of 16
+            # elements (no divisibility hint), where the pipelined tiles below would run:
+            # one-warp 4 x 32 tiles (Retrace 8 x 16), prefetching, unpipelined, no split.
+            # Triton's pipelined loads (cp.async, 4 bytes or more) cannot copy 2-byte elements
+            # at rows of unknown alignment: offline (sm_90 SASS, Triton 3.6) GAE's 8 x 32 tile
+            # at [512, 33000] in bfloat16 issues no asynchronous copy at all, 4 plain loads an
+            # element. Sweep 35, bfloat16 and float16 at [512, 33000], [256, 65000],
+            # [1024, 16392], [128, 65544] and [64, 20008], against the plans before (pipelined
+            # but Retrace's at [64, 20008]): GAE 0.40-0.60x the time, TD(lambda) 0.52-0.84x,
+            # discounted returns 0.45-0.99x, V-trace 0.50-0.79x, Retrace 0.59-0.86x (bfloat16
+            # in 4 x 32 tiles at the first four shapes 0.99-1.16x), the backward scan
+            # 0.73-0.97x. Forward scans (eligibility traces, episodic sums) took 1.21-2.12x in
+            # these tiles, and float32 rows 0.54-2.21x across estimators in either tile: they
+            # stay pipelined.
             block_t, block_n, unroll, warps, target, prefetch = 4, 32, 1, 1, 0, True
             if retrace:
                 block_t, block_n = 8, 16
@@ -640,11 +643,13 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
     # memory, a scan along time when time is (batch-major layouts; a single sequence).
     time_major = N > 1 and (abs(s_t) >= abs(s_n) if s_n else True)
     four_byte = not acc64 and all(v.element_size() == 4 for v in (*x, *steps) if v is not None)
-    # (Triton hints strides that are multiples of 16: without, see _plan's unaligned tiles)
+    # Rows of contiguous 16-bit elements whose stride Triton cannot hint (it hints multiples of
+    # 16): see _plan's unaligned tiles (a coefficient broadcast over the sequences, column
+    # stride 0, is one value a row either way)
     aligned = all(
         stride % 16 == 0
-        for stride, group in ((s_t, x), (k_t, steps))
-        if any(v is not None and v.element_size() == 2 for v in group)
+        for stride, col, group in ((s_t, s_n, x), (k_t, k_n, steps))
+        if col == 1 and any(v is not None and v.element_size() == 2 for v in group)
     )
     plan = _plan(
         kind,
