@@ -247,8 +247,8 @@ def _plan(
     """Tile orientation from the layout; split time when there are too few sequences.
     ``reverse``: a backward scan; ``four_byte``: every value and per-step coefficient tensor
     4-byte, with float32 arithmetic; ``acc64``: float64 arithmetic; ``aligned``: no 16-bit
-    value or per-step coefficient tensor has a time stride that is not a multiple of 16
-    elements (computed in ``_describe``).
+    value or per-step coefficient tensor of contiguous rows has a time stride that is not a
+    multiple of 16 elements (computed in ``_describe``).
 
     The shapes come from sweeps of GAE on an H200 (benchmarks/sweep_tiles.py, results in
     benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
