@@ -72,7 +72,7 @@ def test_retrace_and_wide_tiles_from_65536_sequences(h200):
 
 
 def test_retrace_prefetches_unmasked_below_32_steps(h200):
-    """Retrace's unpipelined 4 x 32 tiles (T < 32 from N = 16384) prefetch, but in float64
+    """Retrace's unpipelined 4 x 32 tiles (T < 32 from N = 16384) prefetch, except in float64
     (sweep 35: 1.07-1.13x the time), and every unsplit tile that fits runs without masks in
     every dtype: the bfloat16 exception of sweep 33 is gone (without prefetch its loads came
     late; with it, 0.96-1.07x the time of the masked tiles)."""
