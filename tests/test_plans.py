@@ -38,7 +38,8 @@ def test_pipelined_tiles_from_32768_sequences(h200):
     N >= 65536, 8 x 32 (V-trace 4 x 32; sweep 34), Retrace's from N = 20480 (sweep 35); below,
     the 16-column tiles stay; float64 keeps its split plans."""
     cases = [(kernels.GAE, (8, 32)), (kernels.LAMBDA, (8, 32)), (kernels.VTRACE, (4, 32)),
-             (kernels.RETRACE, (8, 32)), (kernels.TRACES, (8, 32)), (kernels.SCAN, (8, 32))]  # fmt: skip
+             (kernels.RETRACE, (8, 32)), (kernels.TRACES, (8, 32)),
+             (kernels.SCAN, (8, 32))]  # fmt: skip
     for kind, tile in cases:
         first = 20_480 if kind == kernels.RETRACE else 32_768
         for four_byte in (False, True):
@@ -89,8 +90,8 @@ def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
     """Backward scans of 16-bit rows whose stride is not a multiple of 16 run one-warp 4 x 32
     tiles (Retrace 8 x 16), prefetching, unpipelined, where aligned rows run pipelined tiles
     (sweep 35); forward scans and float64 keep their plans."""
-    for kind, tile in ((kernels.GAE, (4, 32)), (kernels.VTRACE, (4, 32)), (kernels.RETRACE, (8, 16)),
-                       (kernels.SCAN, (4, 32))):  # fmt: skip
+    for kind, tile in ((kernels.GAE, (4, 32)), (kernels.VTRACE, (4, 32)),
+                       (kernels.RETRACE, (8, 16)), (kernels.SCAN, (4, 32))):  # fmt: skip
         for T, N in ((512, 33_000), (1024, 16_392), (64, 20_008), (128, 65_544)):
             plan = tb._plan(kind.value, T, N, True, H200, aligned=False)
             assert (plan[:2], plan.n_chunks, plan.stages, plan.prefetch) == (tile, 1, 1, True)
