@@ -288,6 +288,23 @@ def test_pipelined_wide_tiles_every_estimator(T, N, dtype):
     _time_major_against_float64(T, N, dtype, f"pipelined wide tiles {dtype}")
 
 
+@pytest.mark.parametrize("T,N", [(16, 16_384), (25, 16_384)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_short_wide_retrace_tiles_every_estimator(T, N, dtype):
+    """Time-major below T = 32 from N = 16384: Retrace's one-warp 4 x 32 tiles prefetch and run
+    unmasked where they are whole (T = 16; no prefetch in float64), neither where they are
+    partial (T = 25, masked steps; sweep 36)."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    forget_launches()
+    _time_major_against_float64(T, N, dtype, f"short wide Retrace tiles {dtype}")
+    (launch,) = [L for L in tb._LAUNCHES.values() if L.meta["KIND"] == kernels.RETRACE.value]
+    whole = T % 4 == 0
+    assert launch.plan[:2] == (4, 32) and launch.meta["FULL"] == whole, launch.plan
+    assert launch.plan.prefetch == (whole and dtype != torch.float64), launch.plan
+
+
 @pytest.mark.parametrize("T,N,dtype", [(300, 16_392, torch.bfloat16), (40, 65_544, torch.float16)])
 def test_unaligned_16bit_rows_every_estimator(T, N, dtype):
     """Time-major 16-bit rows whose stride is not a multiple of 16 (no alignment hint for

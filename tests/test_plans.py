@@ -73,17 +73,23 @@ def test_retrace_and_wide_tiles_from_65536_sequences(h200):
 
 
 def test_retrace_prefetches_unmasked_below_32_steps(h200):
-    """Retrace's unpipelined 4 x 32 tiles (T < 32 from N = 16384) prefetch, except in float64
-    (sweep 35: 1.07-1.13x the time), and every unsplit tile that fits runs without masks in
-    every dtype: the bfloat16 exception of sweep 33 is gone (without prefetch its loads came
-    late; with it, 0.96-1.07x the time of the masked tiles)."""
+    """Retrace's unpipelined 4 x 32 tiles (T < 32 from N = 16384) prefetch where they are whole,
+    except in float64 (sweep 35: 1.07-1.13x the time), and every unsplit tile that fits runs
+    without masks in every dtype: the bfloat16 exception of sweep 33 is gone (without prefetch
+    its loads came late; with it, 0.96-1.10x the time of the masked tiles). Partial tiles,
+    masked either way, do not prefetch (sweep 36: 1.12-1.27x the time in 16-bit)."""
     retrace = kernels.RETRACE.value
-    plan = tb._plan(retrace, 16, 65_536, True, H200)
-    assert (plan[:2], plan.n_chunks, plan.chunk, plan.stages, plan.prefetch) == (
-        (4, 32), 1, 16, 1, True)  # fmt: skip
-    assert tb._full_tiles(plan, 16, 65_536, True)
-    assert not tb._plan(retrace, 16, 65_536, True, H200, acc64=True).prefetch
-    assert not tb._full_tiles(plan, 16, 65_540, True)  # (a partial tile of columns)
+    for T, N in ((16, 65_536), (8, 16_384), (28, 24_576)):
+        plan = tb._plan(retrace, T, N, True, H200)
+        assert (plan[:2], plan.n_chunks, plan.chunk, plan.stages, plan.prefetch) == (
+            (4, 32), 1, T, 1, True), (T, N)  # fmt: skip
+        assert tb._full_tiles(plan, T, N, True)
+        assert not tb._plan(retrace, T, N, True, H200, acc64=True).prefetch
+    assert not tb._full_tiles(plan, 28, 24_576 + 4, True)  # (a partial tile of columns)
+    for T, N in ((25, 24_576), (31, 65_536), (2, 16_384), (16, 16_400)):  # partial tiles
+        plan = tb._plan(retrace, T, N, True, H200)
+        assert (plan[:2], plan.n_chunks, plan.prefetch) == ((4, 32), 1, False), (T, N)
+        assert not tb._full_tiles(plan, T, N, True)
 
 
 def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):

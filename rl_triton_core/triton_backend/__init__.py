@@ -123,9 +123,12 @@ _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.va
 # Estimators whose plans prefetch (sweep 12): time-major with a warp per 32 columns
 # 0.92-0.98x the time (V-trace, in that plan since sweep 22, 0.65x at [1024, 65536]; Retrace
 # 1.0x, but in bfloat16 it needed masks without (see _full_tiles): since sweep 35 it prefetches
-# there too, except in float64 (1.07-1.13x), so that it runs unmasked: at [16, 16384],
-# [16, 65536] and [24, 131072] 0.96-1.07x the time of its masked tiles in bfloat16, in float32
-# and float16 (unmasked before too) 0.97-1.04x, over two probes), few long sequences (8 x 16
+# there too where its tiles are whole (T and N multiples of 4 and 32), except in float64
+# (1.07-1.13x), so that it runs unmasked: in bfloat16 0.96-1.10x the time of its masked tiles
+# at T of 8-28 and N of 16384-131072, unmasked without prefetch 1.07-1.29x; in float32 and
+# float16 (unmasked before too) 0.96-1.06x (sweeps 35-36). In partial tiles (masked either
+# way) prefetch took 1.12-1.27x the time in 16-bit (sweep 36, T of 25 and 31), 1.00-1.04x in
+# float32: they do not prefetch), few long sequences (8 x 16
 # tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is carried for its returns),
 # batch-major one-sequence programs 0.90x for eligibility traces / episodic sums; elsewhere
 # 0.98-1.7x, no gain beyond noise.
@@ -363,8 +366,10 @@ def _plan(
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
         elif wide and many:  # one-warp tiles, no split:
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
-            prefetch = kind in _PREFETCH_WIDE or (retrace and not acc64)  # or 8 x 16 tiles
-            # (see _ONE_WARP_WIDE)
+            prefetch = kind in _PREFETCH_WIDE  # or 8 x 16 tiles (see _ONE_WARP_WIDE)
+            if retrace:  # (below T = 32, or float64) prefetching in whole tiles only (see
+                # _PREFETCH_WIDE)
+                prefetch = not acc64 and T % block_t == 0 and N % block_n == 0
             if (not retrace and N < 65536) or (
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
@@ -616,8 +621,9 @@ def _full_tiles(plan: Plan, T: int, N: int, reverse: bool) -> bool:
     registers, and one wave of 32 one-warp programs an SM no longer fits), so they keep them.
     (Until sweep 35 Retrace with bfloat16 values kept them in one-warp 4 x 32 tiles that
     neither prefetch nor pipeline: unmasked, ptxas issued two of a tile's six loads after the
-    importance weights' exp, 1.10-1.43x the time. Its 4 x 32 tiles now prefetch, which issues
-    every load early; its other unpipelined tiles measured 0.82-1.04x without masks.)"""
+    importance weights' exp, 1.10-1.43x the time. Those tiles now prefetch where they are whole,
+    which issues every load early; its other unpipelined tiles measured 0.82-1.04x without
+    masks.)"""
     return (
         plan.n_chunks == 1
         and plan.chunk == T
