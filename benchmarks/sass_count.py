@@ -68,8 +68,9 @@ def captured_launch(
         bt, bn, warps, *fields = plan.split(":")
         extra = {k: int(v) for k, v in (f.split("=") for f in fields)}
         patches["_plan"] = lambda kind, T_, N_, tm, device, **_: triton_backend.Plan(
-            int(bt), int(bn), 1, T_, 1, int(warps), **extra
-        )
+            int(bt), int(bn), 1, triton.cdiv(T_, int(bt)) * int(bt), 1, int(warps)
+        )._replace(**extra)  # (a whole number of tiles, as _plan's chunks: a partial last one
+        # is masked)
     saved = {k: getattr(triton_backend, k) for k in patches}
     runs_on = _dispatch.triton_runs_on
     try:
