@@ -173,9 +173,9 @@ LAYOUTS = {
 # multiple of 16) in unpipelined 4 x 32 tiles with prefetch (Retrace 8 x 16); float64
 # in 8 x 16 with prefetch, at N >= 65536 GAE and V-trace in 4 x 32 with prefetch (masked
 # columns at N = 65544 and 16392, partial tiles at T = 70 and 100); (20, 65_544): the plans
-# of T < 32 there, 4 x 32 with prefetch (Retrace's not in float64), float32 traces and the
-# forward scan in a warp per 128 columns of 8-row tiles (a partial tile and a partial warp of
-# columns);
+# of T < 32 there, 4 x 32 with prefetch (not Retrace's: a partial tile of columns), float32
+# traces and the forward scan in a warp per 128 columns of 8-row tiles (a partial tile and a
+# partial warp of columns);
 # batch-major V-trace in (64, 4) tiles at T <= 64 (a program per sequence at T = 70);
 # batch-major (and torchrl) (4096, 3), (8192, 5), (65_536, 3), (131_072, 16), (16_384, 100),
 # (200_003, 2) and (262_144, 4), and (1_000_000, 1) in the torchrl layout (two sequences):

@@ -77,7 +77,8 @@ def test_retrace_prefetches_unmasked_below_32_steps(h200):
     except in float64 (sweep 35: 1.07-1.13x the time), and every unsplit tile that fits runs
     without masks in every dtype: the bfloat16 exception of sweep 33 is gone (without prefetch
     its loads came late; with it, 0.96-1.10x the time of the masked tiles). Partial tiles,
-    masked either way, do not prefetch (sweep 36: 1.12-1.27x the time in 16-bit)."""
+    masked either way, do not prefetch (sweep 36: 1.12-1.27x the time in 16-bit at T of 25
+    and 31)."""
     retrace = kernels.RETRACE.value
     for T, N in ((16, 65_536), (8, 16_384), (28, 24_576)):
         plan = tb._plan(retrace, T, N, True, H200)

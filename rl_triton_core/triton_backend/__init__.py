@@ -122,13 +122,7 @@ class Plan(NamedTuple):
 _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value)
 # Estimators whose plans prefetch (sweep 12): time-major with a warp per 32 columns
 # 0.92-0.98x the time (V-trace, in that plan since sweep 22, 0.65x at [1024, 65536]; Retrace
-# 1.0x, but in bfloat16 it needed masks without (see _full_tiles): since sweep 35 it prefetches
-# there too where its tiles are whole (T and N multiples of 4 and 32), except in float64
-# (1.07-1.13x), so that it runs unmasked: in bfloat16 0.96-1.10x the time of its masked tiles
-# at T of 8-28 and N of 16384-131072, unmasked without prefetch 1.07-1.29x; in float32 and
-# float16 (unmasked before too) 0.96-1.06x (sweeps 35-36). In partial tiles (masked either
-# way) prefetch took 1.12-1.27x the time in 16-bit (sweep 36, T of 25 and 31), 1.00-1.04x in
-# float32: they do not prefetch), few long sequences (8 x 16
+# 1.0x, and since sweep 35 in whole tiles: see _plan), few long sequences (8 x 16
 # tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is carried for its returns),
 # batch-major one-sequence programs 0.90x for eligibility traces / episodic sums; elsewhere
 # 0.98-1.7x, no gain beyond noise.
@@ -367,8 +361,14 @@ def _plan(
         elif wide and many:  # one-warp tiles, no split:
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
             prefetch = kind in _PREFETCH_WIDE  # or 8 x 16 tiles (see _ONE_WARP_WIDE)
-            if retrace:  # (below T = 32, or float64) prefetching in whole tiles only (see
-                # _PREFETCH_WIDE)
+            if retrace:  # (below T = 32, or accumulating in float64) prefetching in whole
+                # tiles (T and N multiples of 4 and 32), which then run unmasked, but not in
+                # float64 (1.07-1.13x the time; sweep 35). Bfloat16 needed masks without
+                # prefetch (see _full_tiles); with it 0.96-1.10x the time of the masked tiles
+                # at T of 8-28 and N of 16384-131072, unmasked without it 1.07-1.29x; float32
+                # and float16 0.96-1.06x (sweeps 35-36). Partial tiles (masked either way) do
+                # not prefetch: with it 1.12-1.27x the time in 16-bit at T of 25 and 31,
+                # 1.00-1.04x in float32 (sweep 36; partial tiles of columns not timed).
                 prefetch = not acc64 and T % block_t == 0 and N % block_n == 0
             if (not retrace and N < 65536) or (
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
