@@ -256,6 +256,7 @@ def _plan(
     retrace = kind == kernels.RETRACE.value
     segs, prefetch, stages = 1, False, 1
     one_wave = False  # target: at most this many programs (else at least; see the split below)
+    whole_only = False  # prefetch only where the tiles need no masks (see _full_tiles)
     resident_ok = device not in _NO_RESIDENT
     if _INTERPRETED and resident_ok and T > 8 and ((time_major and N == 7) or (N == 1 and vtrace)):
         # resident (see _resident_plan): 8-step chunks, in 8-column tiles (one masked) at N = 7
@@ -369,7 +370,7 @@ def _plan(
                 # and float16 0.96-1.06x (sweeps 35-36). Partial tiles (masked either way) do
                 # not prefetch: with it 1.12-1.27x the time in 16-bit at T of 25 and 31,
                 # 1.00-1.04x in float32 (sweep 36; partial tiles of columns not timed).
-                prefetch = not acc64 and T % block_t == 0 and N % block_n == 0
+                prefetch = whole_only = not acc64
             if (not retrace and N < 65536) or (
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
@@ -494,7 +495,8 @@ def _plan(
         along_time = target // programs if one_wave else triton.cdiv(target, programs)
         spans = min(along_time, triton.cdiv(T, min_chunk), max_chunks)
     chunk = triton.cdiv(triton.cdiv(T, spans * segs), step) * step
-    return plan._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * segs) * segs)
+    plan = plan._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * segs) * segs)
+    return plan._replace(prefetch=_full_tiles(plan, T, N, reverse)) if whole_only else plan
 
 
 class _Phase(NamedTuple):
