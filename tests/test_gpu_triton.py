@@ -308,17 +308,52 @@ def test_short_wide_retrace_tiles_every_estimator(T, N, dtype):
 @pytest.mark.parametrize("T,N,dtype", [(300, 16_392, torch.bfloat16), (40, 65_544, torch.float16)])
 def test_unaligned_16bit_rows_every_estimator(T, N, dtype):
     """Time-major 16-bit rows whose stride is not a multiple of 16 (no alignment hint for
-    Triton): the backward scans run unpipelined prefetching tiles (sweep 35), the forward
-    scans their pipelined ones; masked columns, a partial last tile of Retrace's 8 rows at
-    T = 300."""
+    Triton): the backward scans run unpipelined tiles, prefetching but TD(lambda)'s (sweeps 35,
+    37), the forward scans their pipelined ones; masked columns, a partial last tile of
+    Retrace's 8 rows at T = 300."""
     import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
 
     forget_launches()
     _time_major_against_float64(T, N, dtype, f"unaligned 16-bit rows {dtype}")
-    plans = [(launch.meta["REVERSE"], launch.plan) for launch in tb._LAUNCHES.values()]
-    assert {reverse for reverse, _ in plans} == {False, True}
-    for reverse, plan in plans:
-        assert plan.n_chunks == 1 and (plan.stages == 1) == reverse == plan.prefetch, plan
+    plans = [(L.meta["REVERSE"], L.meta["KIND"], L.plan) for L in tb._LAUNCHES.values()]
+    assert {reverse for reverse, _, _ in plans} == {False, True}
+    for reverse, kind, plan in plans:
+        assert plan.n_chunks == 1 and (plan.stages == 1) == reverse, plan
+        assert plan.prefetch == (reverse and kind != kernels.LAMBDA.value), plan
+
+
+@pytest.mark.parametrize(
+    "T,N,dtype",
+    [
+        (16, 65_544, torch.float64),
+        (31, 65_544, torch.bfloat16),
+        (20, 65_536, torch.float32),
+        (64, 65_536, torch.float64),
+        (70, 65_544, torch.float64),
+    ],
+)
+def test_wide_tile_prefetch_rules_every_estimator(T, N, dtype):
+    """Time-major one-warp tiles from N = 65536 (sweep 37): the 4 x 32 tiles prefetch in
+    float64 only where whole, TD(lambda)'s only where whole and not in float64; the 8 x 16
+    tiles of float64 (TD(lambda), discounted returns, traces, the scans from T = 64) do not
+    prefetch. Masked columns (N = 65544), a partial last tile (T = 31, 70)."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    forget_launches()
+    _time_major_against_float64(T, N, dtype, f"wide tile prefetch {dtype}")
+    f64 = dtype == torch.float64
+    for launch in tb._LAUNCHES.values():
+        plan, kind, reverse = launch.plan, launch.meta["KIND"], launch.meta["REVERSE"]
+        whole = launch.meta["FULL"]
+        if plan[:2] == (8, 16):
+            want = not f64
+        elif kind in (kernels.RETRACE.value, kernels.LAMBDA.value):
+            want = whole and not f64
+        else:
+            want = whole or not (f64 and reverse)
+        assert plan.prefetch == want, (kind, reverse, plan)
 
 
 def test_batch_major_shapes_in_one_tile():

@@ -95,13 +95,16 @@ def test_retrace_prefetches_unmasked_below_32_steps(h200):
 
 def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
     """Backward scans of 16-bit rows whose stride is not a multiple of 16 run one-warp 4 x 32
-    tiles (Retrace 8 x 16), prefetching, unpipelined, where aligned rows run pipelined tiles
-    (sweep 35); forward scans and float64 keep their plans."""
+    tiles (Retrace 8 x 16), prefetching but TD(lambda) (partial tiles; sweep 37), unpipelined,
+    where aligned rows run pipelined tiles (sweep 35); forward scans and float64 keep their
+    plans."""
     for kind, tile in ((kernels.GAE, (4, 32)), (kernels.VTRACE, (4, 32)),
-                       (kernels.RETRACE, (8, 16)), (kernels.SCAN, (4, 32))):  # fmt: skip
+                       (kernels.RETRACE, (8, 16)), (kernels.SCAN, (4, 32)),
+                       (kernels.LAMBDA, (4, 32))):  # fmt: skip
+        prefetch = kind != kernels.LAMBDA
         for T, N in ((512, 33_000), (1024, 16_392), (64, 20_008), (128, 65_544)):
             plan = tb._plan(kind.value, T, N, True, H200, aligned=False)
-            assert (plan[:2], plan.n_chunks, plan.stages, plan.prefetch) == (tile, 1, 1, True)
+            assert (plan[:2], plan.n_chunks, plan.stages, plan.prefetch) == (tile, 1, 1, prefetch)
             assert tb._plan(kind.value, T, N, True, H200).stages > 1, (kind, T, N)
         # below T = 32 and N = 16384 the plans do not pipeline: unchanged
         for T, N in ((16, 33_000), (512, 16_376)):
@@ -114,6 +117,50 @@ def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
     assert (
         tb._plan(kernels.GAE.value, 512, 33_000, True, H200, acc64=True, aligned=False).n_chunks > 1
     )
+
+
+def test_lambda_prefetches_only_in_whole_wide_tiles(h200):
+    """TD(lambda)'s one-warp 4 x 32 tiles (time-major, N >= 65536 below T = 32, or unaligned
+    16-bit rows) prefetch where they are whole, never in float64; its 8 x 16 tiles prefetch
+    partial too (sweep 37)."""
+    lam = kernels.LAMBDA.value
+    for four_byte in (False, True):
+        for T, N, whole in ((16, 65_536, True), (24, 131_072, True), (16, 65_544, False),
+                            (31, 65_544, False), (20, 98_312, False), (17, 65_536, False)):  # fmt: skip
+            plan = tb._plan(lam, T, N, True, H200, four_byte=four_byte)
+            assert (plan[:2], plan.n_chunks, plan.prefetch) == ((4, 32), 1, whole), (T, N)
+            assert tb._full_tiles(plan, T, N, True) == whole
+        plan = tb._plan(lam, 512, 65_536, True, H200, four_byte=four_byte, aligned=False)
+        assert (plan[:2], plan.prefetch) == ((4, 32), True)  # (a view of aligned columns)
+        plan = tb._plan(lam, 25, 16_392, True, H200, four_byte=four_byte)
+        assert (plan[:2], plan.prefetch) == ((8, 16), True)
+    for T, N in ((16, 65_536), (48, 65_536), (16, 65_544)):
+        plan = tb._plan(lam, T, N, True, H200, acc64=True)
+        assert (plan[:2], plan.prefetch) == ((4, 32), False), (T, N)
+
+
+def test_float64_wide_tiles_prefetch_where_whole(h200):
+    """Float64 backward scans in the one-warp 4 x 32 tiles prefetch only where the tiles are
+    whole (TD(lambda) never: above); the 8 x 16 tiles do not prefetch in float64 from N = 65536
+    (forward scans too), below it they do (sweep 37)."""
+    for kind in (kernels.GAE, kernels.VTRACE, kernels.DISCOUNTED, kernels.SCAN):
+        for T, N, whole in ((16, 65_536, True), (48, 131_072, True), (16, 65_544, False),
+                            (31, 65_544, False), (24, 131_080, False)):  # fmt: skip
+            plan = tb._plan(kind.value, T, N, True, H200, acc64=True)
+            assert (plan[:2], plan.n_chunks, plan.prefetch) == ((4, 32), 1, whole), (kind, T, N)
+    assert tb._plan(kernels.SCAN.value, 16, 65_544, True, H200, reverse=False, acc64=True).prefetch
+    for kind, reverse in ((kernels.LAMBDA, True), (kernels.DISCOUNTED, True),
+                          (kernels.SCAN, True), (kernels.SCAN, False), (kernels.TRACES, False)):  # fmt: skip
+        for T, N in ((64, 65_536), (1024, 65_536), (128, 65_544)):
+            plan = tb._plan(kind.value, T, N, True, H200, reverse=reverse, acc64=True)
+            assert (plan[:2], plan.prefetch) == ((8, 16), False), (kind, T, N)
+        plan = tb._plan(kind.value, 64, 16_384, True, H200, reverse=reverse, acc64=True)
+        assert (plan[:2], plan.prefetch) == ((8, 16), True), kind
+        plan = tb._plan(kind.value, 16, 65_536, True, H200, reverse=reverse, acc64=True)
+        assert plan[:2] == (4, 32), kind  # (the 8 x 16 tiles from T = 64 only)
+    # the 4-byte and 16-bit plans there keep prefetching
+    for kind in (kernels.GAE, kernels.VTRACE, kernels.DISCOUNTED):
+        assert tb._plan(kind.value, 16, 65_544, True, H200, four_byte=True).prefetch, kind
 
 
 @pytest.fixture

@@ -304,8 +304,12 @@ def _plan(
             # in 4 x 32 tiles at the first four shapes 0.99-1.16x), the backward scan
             # 0.73-0.97x. Forward scans (eligibility traces, episodic sums) took 1.21-2.12x in
             # these tiles, and float32 rows 0.54-2.21x across estimators in either tile: they
-            # stay pipelined.
+            # stay pipelined. TD(lambda) prefetches only where its tiles are whole (below):
+            # these rows' are partial in columns (N is not a multiple of 16), and without
+            # prefetch it took 0.91-0.95x the time at the shapes above in both dtypes (sweep 37;
+            # the others 1.03-2.18x).
             block_t, block_n, unroll, warps, target, prefetch = 4, 32, 1, 1, 0, True
+            whole_only = kind == kernels.LAMBDA.value
             if retrace:
                 block_t, block_n = 8, 16
         elif (
@@ -361,7 +365,16 @@ def _plan(
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
         elif wide and many:  # one-warp tiles, no split:
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
-            prefetch = kind in _PREFETCH_WIDE  # or 8 x 16 tiles (see _ONE_WARP_WIDE)
+            # or 8 x 16 tiles (see _ONE_WARP_WIDE). Sweep 37 (graph replay, L2 flushed; each
+            # plan against itself with prefetch flipped): backward scans in float64 prefetch
+            # only where the tiles are whole (partial in columns, without prefetch V-trace took
+            # 0.49-0.64x the time, GAE 0.86-0.95x, discounted returns 0.91-0.96x at T of 16-128
+            # and N of 65544-131080), and so does TD(lambda) in every dtype (partial, without
+            # prefetch 0.86-0.96x in float32 and 16-bit; whole 0.98-1.06x), but never in
+            # float64 (0.84-1.01x partial, 0.86-0.94x whole)
+            lambda64 = acc64 and kind == kernels.LAMBDA.value
+            prefetch = kind in _PREFETCH_WIDE and not lambda64
+            whole_only = reverse and (acc64 or kind == kernels.LAMBDA.value)
             if retrace:  # (below T = 32, or accumulating in float64) prefetching in whole
                 # tiles (T and N multiples of 4 and 32), which then run unmasked, but not in
                 # float64 (1.07-1.13x the time; sweep 35). Bfloat16 needed masks without
@@ -369,12 +382,19 @@ def _plan(
                 # at T of 8-28 and N of 16384-131072, unmasked without it 1.07-1.29x; float32
                 # and float16 0.96-1.06x (sweeps 35-36). Partial tiles (masked either way) do
                 # not prefetch: with it 1.12-1.27x the time in 16-bit at T of 25 and 31,
-                # 1.00-1.04x in float32 (sweep 36; partial tiles of columns not timed).
+                # 1.00-1.04x in float32 (sweep 36), 1.04-1.14x in partial tiles of columns (sweep
+                # 37, float32 and 16-bit).
                 prefetch = whole_only = not acc64
             if (not retrace and N < 65536) or (
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
-                block_t, block_n, prefetch = 8, 16, True
+                # prefetching, partial tiles too (TD(lambda) without: 1.20-1.27x the time in
+                # 16-bit at [25, 16392] and [16, 33000]), but not in float64 from N = 65536
+                # (sweep 37: TD(lambda) 0.71-0.80x the time at T of 64-1024, discounted returns
+                # 0.85-0.91x, traces and episodic sums 0.86-1.01x, the scans 0.99-1.02x; but
+                # TD(lambda) 1.23x at [128, 65544], partial in columns)
+                block_t, block_n, whole_only = 8, 16, False
+                prefetch = not (acc64 and N >= 65536)
         elif time_major and 16384 <= N < 32768 and not acc64:  # (T >= 256: not `many`)
             # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages (GAE 3),
             # no split (sweep 26: 0.58-0.88x the time of the split plans below at [256 ..
@@ -496,7 +516,9 @@ def _plan(
         spans = min(along_time, triton.cdiv(T, min_chunk), max_chunks)
     chunk = triton.cdiv(triton.cdiv(T, spans * segs), step) * step
     plan = plan._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * segs) * segs)
-    return plan._replace(prefetch=_full_tiles(plan, T, N, reverse)) if whole_only else plan
+    if whole_only:
+        return plan._replace(prefetch=plan.prefetch and _full_tiles(plan, T, N, reverse))
+    return plan
 
 
 class _Phase(NamedTuple):
