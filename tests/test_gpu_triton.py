@@ -170,10 +170,12 @@ LAYOUTS = {
 # (64, 65_536), (70, 65_544), (100, 16_392) and (32, 16_392): time-major one-warp tiles,
 # unsplit, 8 x 32 (V-trace 4 x 32) in a pipelined loop (3 stages), Retrace too (4 x 32 at
 # N = 65536 and 65544), but 16-bit backward scans at N = 65544 and 16392 (a row stride not a
-# multiple of 16) in unpipelined 4 x 32 tiles with prefetch (Retrace 8 x 16); float64
-# in 8 x 16 with prefetch, at N >= 65536 GAE and V-trace in 4 x 32 with prefetch (masked
-# columns at N = 65544 and 16392, partial tiles at T = 70 and 100); (20, 65_544): the plans
-# of T < 32 there, 4 x 32 with prefetch (not Retrace's: a partial tile of columns), float32
+# multiple of 16) in unpipelined 4 x 32 tiles with prefetch (Retrace 8 x 16; TD(lambda)
+# without); float64 in 8 x 16 (prefetching below N = 65536 only), at N >= 65536 GAE and
+# V-trace in 4 x 32 (prefetching at N = 65536, not at 65544) (masked columns at N = 65544
+# and 16392, partial tiles at T = 70 and 100); (20, 65_544): the plans of T < 32 there,
+# 4 x 32 with prefetch (not Retrace's or TD(lambda)'s, nor any float64 backward scan's: a
+# partial tile of columns), float32
 # traces and the forward scan in a warp per 128 columns of 8-row tiles (a partial tile and a
 # partial warp of columns);
 # batch-major V-trace in (64, 4) tiles at T <= 64 (a program per sequence at T = 70);
@@ -328,14 +330,17 @@ def test_unaligned_16bit_rows_every_estimator(T, N, dtype):
     [
         (16, 65_544, torch.float64),
         (31, 65_544, torch.bfloat16),
+        (31, 65_536, torch.bfloat16),
         (20, 65_536, torch.float32),
+        (31, 65_536, torch.float64),
         (64, 65_536, torch.float64),
         (70, 65_544, torch.float64),
     ],
 )
 def test_wide_tile_prefetch_rules_every_estimator(T, N, dtype):
-    """Time-major one-warp tiles from N = 65536 (sweep 37): the 4 x 32 tiles prefetch in
-    float64 only where whole, TD(lambda)'s only where whole and not in float64; the 8 x 16
+    """Time-major one-warp tiles from N = 65536 (sweep 37): the backward scans' 4 x 32 tiles
+    prefetch in float64 only where N is a multiple of 32 (forward ones do anyway), TD(lambda)'s
+    only there and not in float64, Retrace's where whole (T too) and not in float64; the 8 x 16
     tiles of float64 (TD(lambda), discounted returns, traces, the scans from T = 64) do not
     prefetch. Masked columns (N = 65544), a partial last tile (T = 31, 70)."""
     import rl_triton_core.triton_backend as tb
@@ -346,13 +351,15 @@ def test_wide_tile_prefetch_rules_every_estimator(T, N, dtype):
     f64 = dtype == torch.float64
     for launch in tb._LAUNCHES.values():
         plan, kind, reverse = launch.plan, launch.meta["KIND"], launch.meta["REVERSE"]
-        whole = launch.meta["FULL"]
+        columns = N % plan.cols == 0  # (whole tiles of columns)
         if plan[:2] == (8, 16):
             want = not f64
-        elif kind in (kernels.RETRACE.value, kernels.LAMBDA.value):
-            want = whole and not f64
+        elif kind == kernels.RETRACE.value:
+            want = launch.meta["FULL"] and not f64
+        elif kind == kernels.LAMBDA.value:
+            want = columns and not f64
         else:
-            want = whole or not (f64 and reverse)
+            want = columns or not (f64 and reverse)
         assert plan.prefetch == want, (kind, reverse, plan)
 
 

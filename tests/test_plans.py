@@ -95,7 +95,7 @@ def test_retrace_prefetches_unmasked_below_32_steps(h200):
 
 def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
     """Backward scans of 16-bit rows whose stride is not a multiple of 16 run one-warp 4 x 32
-    tiles (Retrace 8 x 16), prefetching but TD(lambda) (partial tiles; sweep 37), unpipelined,
+    tiles (Retrace 8 x 16), prefetching but TD(lambda) (partial columns; sweep 37), unpipelined,
     where aligned rows run pipelined tiles (sweep 35); forward scans and float64 keep their
     plans."""
     for kind, tile in ((kernels.GAE, (4, 32)), (kernels.VTRACE, (4, 32)),
@@ -119,46 +119,56 @@ def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
     )
 
 
-def test_lambda_prefetches_only_in_whole_wide_tiles(h200):
-    """TD(lambda)'s one-warp 4 x 32 tiles (time-major, N >= 65536 below T = 32, or unaligned
-    16-bit rows) prefetch where they are whole, never in float64; its 8 x 16 tiles prefetch
-    partial too (sweep 37)."""
+def test_lambda_prefetches_only_in_whole_columns(h200):
+    """TD(lambda)'s one-warp 4 x 32 tiles (time-major, N >= 65536 below T = 32, float64 below
+    T = 64, unaligned 16-bit rows) prefetch where N is a multiple of 32, whatever T, never in
+    float64 (float32 calls that accumulate in float64 keep prefetching); its 8 x 16 tiles
+    prefetch partial too (sweep 37)."""
     lam = kernels.LAMBDA.value
     for four_byte in (False, True):
-        for T, N, whole in ((16, 65_536, True), (24, 131_072, True), (16, 65_544, False),
-                            (31, 65_544, False), (20, 98_312, False), (17, 65_536, False)):  # fmt: skip
+        for T, N, whole in ((16, 65_536, True), (24, 131_072, True), (31, 65_536, True),
+                            (17, 65_536, True), (16, 65_544, False), (31, 65_544, False),
+                            (20, 98_312, False)):  # fmt: skip
             plan = tb._plan(lam, T, N, True, H200, four_byte=four_byte)
             assert (plan[:2], plan.n_chunks, plan.prefetch) == ((4, 32), 1, whole), (T, N)
-            assert tb._full_tiles(plan, T, N, True) == whole
-        plan = tb._plan(lam, 512, 65_536, True, H200, four_byte=four_byte, aligned=False)
-        assert (plan[:2], plan.prefetch) == ((4, 32), True)  # (a view of aligned columns)
+        for N, whole in ((33_000, False), (65_536, True)):  # (the second a view of whole columns)
+            plan = tb._plan(lam, 512, N, True, H200, four_byte=four_byte, aligned=False)
+            assert (plan[:2], plan.stages, plan.prefetch) == ((4, 32), 1, whole), N
         plan = tb._plan(lam, 25, 16_392, True, H200, four_byte=four_byte)
         assert (plan[:2], plan.prefetch) == ((8, 16), True)
-    for T, N in ((16, 65_536), (48, 65_536), (16, 65_544)):
-        plan = tb._plan(lam, T, N, True, H200, acc64=True)
+    for T, N in ((16, 65_536), (48, 65_536), (17, 65_536), (16, 65_544)):
+        plan = tb._plan(lam, T, N, True, H200, acc64=True, eight_byte=True)
         assert (plan[:2], plan.prefetch) == ((4, 32), False), (T, N)
+        plan = tb._plan(lam, T, N, True, H200, acc64=True)  # (float32, float64 arithmetic)
+        assert (plan[:2], plan.prefetch) == ((4, 32), N == 65_536), (T, N)
 
 
-def test_float64_wide_tiles_prefetch_where_whole(h200):
-    """Float64 backward scans in the one-warp 4 x 32 tiles prefetch only where the tiles are
-    whole (TD(lambda) never: above); the 8 x 16 tiles do not prefetch in float64 from N = 65536
-    (forward scans too), below it they do (sweep 37)."""
+def test_float64_wide_tiles_prefetch_in_whole_columns(h200):
+    """Float64 backward scans in the one-warp 4 x 32 tiles prefetch only where N is a multiple
+    of 32 (TD(lambda) never: above); the 8 x 16 tiles do not prefetch in float64 from N = 65536
+    (forward scans too), below it they do (sweep 37). Float32 calls that accumulate in float64
+    keep their plans."""
     for kind in (kernels.GAE, kernels.VTRACE, kernels.DISCOUNTED, kernels.SCAN):
-        for T, N, whole in ((16, 65_536, True), (48, 131_072, True), (16, 65_544, False),
-                            (31, 65_544, False), (24, 131_080, False)):  # fmt: skip
-            plan = tb._plan(kind.value, T, N, True, H200, acc64=True)
+        for T, N, whole in ((16, 65_536, True), (48, 131_072, True), (31, 65_536, True),
+                            (16, 65_544, False), (31, 65_544, False), (24, 131_080, False)):  # fmt: skip
+            plan = tb._plan(kind.value, T, N, True, H200, acc64=True, eight_byte=True)
             assert (plan[:2], plan.n_chunks, plan.prefetch) == ((4, 32), 1, whole), (kind, T, N)
-    assert tb._plan(kernels.SCAN.value, 16, 65_544, True, H200, reverse=False, acc64=True).prefetch
+            assert tb._plan(kind.value, T, N, True, H200, acc64=True).prefetch, (kind, T, N)
+    plan = tb._plan(kernels.SCAN.value, 16, 65_544, True, H200, reverse=False, acc64=True,
+                    eight_byte=True)  # fmt: skip
+    assert plan.prefetch  # (a forward scan)
     for kind, reverse in ((kernels.LAMBDA, True), (kernels.DISCOUNTED, True),
                           (kernels.SCAN, True), (kernels.SCAN, False), (kernels.TRACES, False)):  # fmt: skip
-        for T, N in ((64, 65_536), (1024, 65_536), (128, 65_544)):
+        for T, N, prefetch in ((64, 65_536, False), (1024, 65_536, False), (128, 65_544, False),
+                               (64, 16_384, True)):  # fmt: skip
+            plan = tb._plan(kind.value, T, N, True, H200, reverse=reverse, acc64=True,
+                            eight_byte=True)  # fmt: skip
+            assert (plan[:2], plan.prefetch) == ((8, 16), prefetch), (kind, T, N)
             plan = tb._plan(kind.value, T, N, True, H200, reverse=reverse, acc64=True)
-            assert (plan[:2], plan.prefetch) == ((8, 16), False), (kind, T, N)
-        plan = tb._plan(kind.value, 64, 16_384, True, H200, reverse=reverse, acc64=True)
-        assert (plan[:2], plan.prefetch) == ((8, 16), True), kind
+            assert (plan[:2], plan.prefetch) == ((8, 16), True), (kind, T, N)
         plan = tb._plan(kind.value, 16, 65_536, True, H200, reverse=reverse, acc64=True)
         assert plan[:2] == (4, 32), kind  # (the 8 x 16 tiles from T = 64 only)
-    # the 4-byte and 16-bit plans there keep prefetching
+    # the 4-byte plans there keep prefetching
     for kind in (kernels.GAE, kernels.VTRACE, kernels.DISCOUNTED):
         assert tb._plan(kind.value, 16, 65_544, True, H200, four_byte=True).prefetch, kind
 

@@ -239,11 +239,13 @@ def _plan(
     reverse: bool = True,
     four_byte: bool = False,
     acc64: bool = False,
+    eight_byte: bool = False,
     aligned: bool = True,
 ) -> Plan:
     """Tile orientation from the layout; split time when there are too few sequences.
     ``reverse``: a backward scan; ``four_byte``: every value and per-step coefficient tensor
-    4-byte, with float32 arithmetic; ``acc64``: float64 arithmetic; ``aligned``: no 16-bit
+    4-byte, with float32 arithmetic; ``acc64``: float64 arithmetic; ``eight_byte``: float64
+    outputs (float64 calls, not float32 ones that accumulate in float64); ``aligned``: no 16-bit
     value or per-step coefficient tensor of contiguous rows has a time stride that is not a
     multiple of 16 elements (computed in ``_describe``).
 
@@ -304,12 +306,12 @@ def _plan(
             # in 4 x 32 tiles at the first four shapes 0.99-1.16x), the backward scan
             # 0.73-0.97x. Forward scans (eligibility traces, episodic sums) took 1.21-2.12x in
             # these tiles, and float32 rows 0.54-2.21x across estimators in either tile: they
-            # stay pipelined. TD(lambda) prefetches only where its tiles are whole (below):
-            # these rows' are partial in columns (N is not a multiple of 16), and without
-            # prefetch it took 0.91-0.95x the time at the shapes above in both dtypes (sweep 37;
-            # the others 1.03-2.18x).
-            block_t, block_n, unroll, warps, target, prefetch = 4, 32, 1, 1, 0, True
-            whole_only = kind == kernels.LAMBDA.value
+            # stay pipelined. TD(lambda) prefetches only where its columns are whole (as below):
+            # contiguous rows of unknown alignment have partial ones (N is not a multiple of
+            # 16), and without prefetch it took 0.91-0.95x the time at the shapes above in both
+            # dtypes (sweep 37; the others 1.03-2.18x).
+            block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0
+            prefetch = kind != kernels.LAMBDA.value or N % block_n == 0
             if retrace:
                 block_t, block_n = 8, 16
         elif (
@@ -366,15 +368,17 @@ def _plan(
         elif wide and many:  # one-warp tiles, no split:
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
             # or 8 x 16 tiles (see _ONE_WARP_WIDE). Sweep 37 (graph replay, L2 flushed; each
-            # plan against itself with prefetch flipped): backward scans in float64 prefetch
-            # only where the tiles are whole (partial in columns, without prefetch V-trace took
-            # 0.49-0.64x the time, GAE 0.86-0.95x, discounted returns 0.91-0.96x at T of 16-128
-            # and N of 65544-131080), and so does TD(lambda) in every dtype (partial, without
-            # prefetch 0.86-0.96x in float32 and 16-bit; whole 0.98-1.06x), but never in
-            # float64 (0.84-1.01x partial, 0.86-0.94x whole)
-            lambda64 = acc64 and kind == kernels.LAMBDA.value
-            prefetch = kind in _PREFETCH_WIDE and not lambda64
-            whole_only = reverse and (acc64 or kind == kernels.LAMBDA.value)
+            # plan against itself with prefetch flipped): where N is not a multiple of 32 (a
+            # partial tile of columns), TD(lambda) does not prefetch (without prefetch 0.86-0.96x
+            # the time in float32 and 16-bit at T of 8-31; whole columns 0.98-1.06x, T = 31
+            # included), nor do float64's backward scans (V-trace 0.49-0.64x, GAE 0.86-0.95x,
+            # discounted returns 0.91-0.96x, the backward scan 0.99-1.03x at T of 16-128 and N
+            # of 65544-131080; partial only in steps: not timed); float64 TD(lambda) never does
+            # (0.84-1.01x partial, 0.86-0.94x whole). The float64 rules key on float64 outputs:
+            # float32 calls that accumulate in float64 were not timed and follow float32's.
+            partial = N % block_n != 0 and reverse and (eight_byte or kind == kernels.LAMBDA.value)
+            lambda64 = eight_byte and kind == kernels.LAMBDA.value
+            prefetch = kind in _PREFETCH_WIDE and not (partial or lambda64)
             if retrace:  # (below T = 32, or accumulating in float64) prefetching in whole
                 # tiles (T and N multiples of 4 and 32), which then run unmasked, but not in
                 # float64 (1.07-1.13x the time; sweep 35). Bfloat16 needed masks without
@@ -393,8 +397,7 @@ def _plan(
                 # (sweep 37: TD(lambda) 0.71-0.80x the time at T of 64-1024, discounted returns
                 # 0.85-0.91x, traces and episodic sums 0.86-1.01x, the scans 0.99-1.02x; but
                 # TD(lambda) 1.23x at [128, 65544], partial in columns)
-                block_t, block_n, whole_only = 8, 16, False
-                prefetch = not (acc64 and N >= 65536)
+                block_t, block_n, prefetch = 8, 16, not (eight_byte and N >= 65536)
         elif time_major and 16384 <= N < 32768 and not acc64:  # (T >= 256: not `many`)
             # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages (GAE 3),
             # no split (sweep 26: 0.58-0.88x the time of the split plans below at [256 ..
@@ -516,9 +519,7 @@ def _plan(
         spans = min(along_time, triton.cdiv(T, min_chunk), max_chunks)
     chunk = triton.cdiv(triton.cdiv(T, spans * segs), step) * step
     plan = plan._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * segs) * segs)
-    if whole_only:
-        return plan._replace(prefetch=plan.prefetch and _full_tiles(plan, T, N, reverse))
-    return plan
+    return plan._replace(prefetch=_full_tiles(plan, T, N, reverse)) if whole_only else plan
 
 
 class _Phase(NamedTuple):
@@ -690,6 +691,7 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         reverse=reverse,
         four_byte=four_byte,
         acc64=acc64,
+        eight_byte=out0.element_size() == 8,
         aligned=aligned,
     )
     cols = plan.cols
