@@ -122,8 +122,9 @@ def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
 def test_lambda_prefetches_only_in_whole_columns(h200):
     """TD(lambda)'s one-warp 4 x 32 tiles (time-major, N >= 65536 below T = 32, float64 below
     T = 64, unaligned 16-bit rows) prefetch where N is a multiple of 32, whatever T, never in
-    float64 (float32 calls that accumulate in float64 keep prefetching); its 8 x 16 tiles
-    prefetch partial too (sweep 37)."""
+    float64 (float32 calls that accumulate in float64 follow float32's column rule, though at
+    T > 128, where they occur, its tiles are 8 x 16); its 8 x 16 tiles prefetch partial too
+    (sweep 37)."""
     lam = kernels.LAMBDA.value
     for four_byte in (False, True):
         for T, N, whole in ((16, 65_536, True), (24, 131_072, True), (31, 65_536, True),
@@ -141,13 +142,15 @@ def test_lambda_prefetches_only_in_whole_columns(h200):
         assert (plan[:2], plan.prefetch) == ((4, 32), False), (T, N)
         plan = tb._plan(lam, T, N, True, H200, acc64=True)  # (float32, float64 arithmetic)
         assert (plan[:2], plan.prefetch) == ((4, 32), N == 65_536), (T, N)
+    plan = tb._plan(lam, 200, 65_544, True, H200, acc64=True)  # (such calls: T > 128)
+    assert (plan[:2], plan.prefetch) == ((8, 16), True)
 
 
 def test_float64_wide_tiles_prefetch_in_whole_columns(h200):
     """Float64 backward scans in the one-warp 4 x 32 tiles prefetch only where N is a multiple
     of 32 (TD(lambda) never: above); the 8 x 16 tiles do not prefetch in float64 from N = 65536
     (forward scans too), below it they do (sweep 37). Float32 calls that accumulate in float64
-    keep their plans."""
+    (T > 128) keep their plans."""
     for kind in (kernels.GAE, kernels.VTRACE, kernels.DISCOUNTED, kernels.SCAN):
         for T, N, whole in ((16, 65_536, True), (48, 131_072, True), (31, 65_536, True),
                             (16, 65_544, False), (31, 65_544, False), (24, 131_080, False)):  # fmt: skip
@@ -168,21 +171,23 @@ def test_float64_wide_tiles_prefetch_in_whole_columns(h200):
             assert (plan[:2], plan.prefetch) == ((8, 16), True), (kind, T, N)
         plan = tb._plan(kind.value, 16, 65_536, True, H200, reverse=reverse, acc64=True)
         assert plan[:2] == (4, 32), kind  # (the 8 x 16 tiles from T = 64 only)
-    # the 4-byte plans there keep prefetching
+    # the 4-byte plans there keep prefetching, and float32 calls accumulating in float64
     for kind in (kernels.GAE, kernels.VTRACE, kernels.DISCOUNTED):
         assert tb._plan(kind.value, 16, 65_544, True, H200, four_byte=True).prefetch, kind
+        plan = tb._plan(kind.value, 200, 65_544, True, H200, acc64=True)
+        assert plan.prefetch, kind
 
 
 @pytest.fixture
-def aligned_seen(monkeypatch):
+def plan_seen(monkeypatch):
     """The device of a real launch (the interpreter's CPU, else the GPU) and the list of the
-    ``aligned`` flags the launcher passes to ``_plan`` from then on."""
+    keyword arguments the launcher passes to ``_plan`` from then on."""
     if not (tb._INTERPRETED or torch.cuda.is_available()):
         pytest.skip("needs the Triton interpreter or a GPU")
     seen, real = [], tb._plan
 
     def plan(*args, **kwargs):
-        seen.append(kwargs["aligned"])
+        seen.append(kwargs)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tb, "_plan", plan)
@@ -200,31 +205,52 @@ def aligned_seen(monkeypatch):
         (torch.float32, (4, 24), 24, True),  # (only 16-bit rows count)
     ],
 )
-def test_rows_aligned_from_strides(aligned_seen, dtype, shape, cols, aligned):
+def test_rows_aligned_from_strides(plan_seen, dtype, shape, cols, aligned):
     """The launcher tells ``_plan`` whether every 16-bit value tensor's time stride is a
     multiple of 16 elements (the rows Triton can copy asynchronously), from the strides, not N."""
     import rl_triton_core as rtc
 
-    device, seen = aligned_seen
+    device, seen = plan_seen
     r, v = (torch.randn(shape, device=device).to(dtype)[:, :cols] for _ in range(2))
     done = torch.zeros(shape, dtype=torch.bool, device=device)[:, :cols]
     rtc.gae(r, v, done, bootstrap_value=v[0], backend="triton")
-    assert seen == [aligned]
+    assert [kwargs["aligned"] for kwargs in seen] == [aligned]
 
 
 @pytest.mark.parametrize(
     "gamma_shape,aligned",
     [((4, 24), False), ((4, 32), True), ((4, 1), True)],  # ([4, 1]: broadcast, column stride 0)
 )
-def test_rows_aligned_counts_step_coefficients(aligned_seen, gamma_shape, aligned):
+def test_rows_aligned_counts_step_coefficients(plan_seen, gamma_shape, aligned):
     """A per-step bfloat16 gamma beside float32 values counts as 16-bit rows when its own rows
     are contiguous: unaligned at a row stride of 24, aligned at 32 (a view of 24 columns of it)
     and when broadcast over the sequences."""
     import rl_triton_core as rtc
 
-    device, seen = aligned_seen
+    device, seen = plan_seen
     r, v = (torch.randn(4, 24, device=device) for _ in range(2))
     done = torch.zeros(4, 24, dtype=torch.bool, device=device)
     gamma = torch.full(gamma_shape, 0.9, device=device).to(torch.bfloat16)[:, :24]
     rtc.gae(r, v, done, bootstrap_value=v[0], gamma=gamma, backend="triton")
-    assert seen == [aligned]
+    assert [kwargs["aligned"] for kwargs in seen] == [aligned]
+
+
+@pytest.mark.parametrize(
+    "dtype,gamma,acc64,eight_byte",
+    [
+        (torch.float64, 0.99, True, True),
+        (torch.float32, 0.999, True, False),
+        (torch.float32, 0.99, False, False),
+    ],
+)
+def test_float64_calls_told_from_float64_accumulation(plan_seen, dtype, gamma, acc64, eight_byte):
+    """The launcher tells ``_plan`` float64 calls (``eight_byte``) apart from float32 ones that
+    accumulate in float64 (gamma lambda = 0.999 over 130 steps: ``acc64`` only), since sweep
+    37's float64 rules were timed on float64 data only."""
+    import rl_triton_core as rtc
+
+    device, seen = plan_seen
+    r, v = (torch.randn(130, 2, device=device, dtype=dtype) for _ in range(2))
+    done = torch.zeros(130, 2, dtype=torch.bool, device=device)
+    rtc.gae(r, v, done, bootstrap_value=v[0], gamma=gamma, lmbda=1.0, backend="triton")
+    assert [(kwargs["acc64"], kwargs["eight_byte"]) for kwargs in seen] == [(acc64, eight_byte)]

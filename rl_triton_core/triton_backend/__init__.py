@@ -125,7 +125,8 @@ _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.va
 # 1.0x, and since sweep 35 in whole tiles: see _plan), few long sequences (8 x 16
 # tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is carried for its returns),
 # batch-major one-sequence programs 0.90x for eligibility traces / episodic sums; elsewhere
-# 0.98-1.7x, no gain beyond noise.
+# 0.98-1.7x, no gain beyond noise. (Since sweep 37 not TD(lambda)'s partial tiles of columns,
+# nor float64's: see _plan.)
 _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.VTRACE.value, kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
@@ -146,7 +147,8 @@ _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
 # [16, 16384]. (Ratios: best of two rounds each; see the sweep.) Since sweep 26 the pipelined
 # tiles take every call from T = 32 but Retrace's and float64 ones (since sweep 34 Retrace's
 # too from N = 65536): these tiles now run float64 calls (from N = 65536 from T = 64, not
-# GAE's) and, at 16384 <= N < 65536, the other calls below T = 32.
+# GAE's) and, at 16384 <= N < 65536, the other calls below T = 32. (Since sweep 37 float64's
+# do not prefetch from N = 65536: see _plan.)
 _ONE_WARP_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 # Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
@@ -376,9 +378,12 @@ def _plan(
             # of 65544-131080; partial only in steps: not timed); float64 TD(lambda) never does
             # (0.84-1.01x partial, 0.86-0.94x whole). The float64 rules key on float64 outputs:
             # float32 calls that accumulate in float64 were not timed and follow float32's.
-            partial = N % block_n != 0 and reverse and (eight_byte or kind == kernels.LAMBDA.value)
+            partial_cols = N % block_n != 0  # (a partial tile of columns)
+            whole_cols_only = reverse and (eight_byte or kind == kernels.LAMBDA.value)
             lambda64 = eight_byte and kind == kernels.LAMBDA.value
-            prefetch = kind in _PREFETCH_WIDE and not (partial or lambda64)
+            prefetch = kind in _PREFETCH_WIDE and not (
+                (whole_cols_only and partial_cols) or lambda64
+            )
             if retrace:  # (below T = 32, or accumulating in float64) prefetching in whole
                 # tiles (T and N multiples of 4 and 32), which then run unmasked, but not in
                 # float64 (1.07-1.13x the time; sweep 35). Bfloat16 needed masks without
