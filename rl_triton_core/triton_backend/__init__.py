@@ -231,6 +231,19 @@ def _resident_plan(kind: int, T: int, N: int, time_major: bool, sms: int) -> Pla
     return Plan(block_t, N, 1, block_t, n_chunks, warps, resident=True)
 
 
+def _columns_allow_prefetch(kind: int, N: int, cols: int, reverse: bool, eight_byte: bool) -> bool:
+    """Whether a one-warp 4 x 32 tile of ``cols`` columns may prefetch, as far as its columns
+    go: TD(lambda)'s and float64's backward scans do not where N is not a multiple of ``cols``
+    (a partial tile of columns). Sweep 37 (graph replay, L2 flushed; each plan against itself
+    with prefetch flipped): TD(lambda) without prefetch 0.86-0.96x the time in float32 and
+    16-bit at T of 8-4096 (on unaligned 16-bit rows 0.91-0.95x, where the other estimators took
+    1.03-2.18x; whole columns 0.98-1.06x, T = 31 included); float64 V-trace 0.49-0.64x, GAE
+    0.86-0.95x, discounted returns 0.91-0.96x, the backward scan 0.99-1.03x at T of 16-128 and
+    N of 65544-131080 (partial only in steps: not timed). Float64 is ``eight_byte`` (float64
+    outputs): float32 calls that accumulate in float64 were not timed and follow float32's."""
+    return N % cols == 0 or not (reverse and (eight_byte or kind == kernels.LAMBDA.value))
+
+
 def _plan(
     kind: int,
     T: int,
@@ -308,12 +321,10 @@ def _plan(
             # in 4 x 32 tiles at the first four shapes 0.99-1.16x), the backward scan
             # 0.73-0.97x. Forward scans (eligibility traces, episodic sums) took 1.21-2.12x in
             # these tiles, and float32 rows 0.54-2.21x across estimators in either tile: they
-            # stay pipelined. TD(lambda) prefetches only where its columns are whole (as below):
-            # contiguous rows of unknown alignment have partial ones (N is not a multiple of
-            # 16), and without prefetch it took 0.91-0.95x the time at the shapes above in both
-            # dtypes (sweep 37; the others 1.03-2.18x).
+            # stay pipelined. TD(lambda) prefetches only in whole columns (contiguous rows of
+            # unknown alignment have partial ones: N is not a multiple of 16).
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0
-            prefetch = kind != kernels.LAMBDA.value or N % block_n == 0
+            prefetch = _columns_allow_prefetch(kind, N, block_n, reverse, eight_byte)
             if retrace:
                 block_t, block_n = 8, 16
         elif (
@@ -369,20 +380,13 @@ def _plan(
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
         elif wide and many:  # one-warp tiles, no split:
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
-            # or 8 x 16 tiles (see _ONE_WARP_WIDE). Sweep 37 (graph replay, L2 flushed; each
-            # plan against itself with prefetch flipped): where N is not a multiple of 32 (a
-            # partial tile of columns), TD(lambda) does not prefetch (without prefetch 0.86-0.96x
-            # the time in float32 and 16-bit at T of 8-31; whole columns 0.98-1.06x, T = 31
-            # included), nor do float64's backward scans (V-trace 0.49-0.64x, GAE 0.86-0.95x,
-            # discounted returns 0.91-0.96x, the backward scan 0.99-1.03x at T of 16-128 and N
-            # of 65544-131080; partial only in steps: not timed); float64 TD(lambda) never does
-            # (0.84-1.01x partial, 0.86-0.94x whole). The float64 rules key on float64 outputs:
-            # float32 calls that accumulate in float64 were not timed and follow float32's.
-            partial_cols = N % block_n != 0  # (a partial tile of columns)
-            whole_cols_only = reverse and (eight_byte or kind == kernels.LAMBDA.value)
+            # or 8 x 16 tiles (see _ONE_WARP_WIDE); float64 TD(lambda) never prefetches (sweep
+            # 37: without 0.84-1.01x the time in partial tiles of columns, 0.86-0.94x whole)
             lambda64 = eight_byte and kind == kernels.LAMBDA.value
-            prefetch = kind in _PREFETCH_WIDE and not (
-                (whole_cols_only and partial_cols) or lambda64
+            prefetch = (
+                kind in _PREFETCH_WIDE
+                and not lambda64
+                and _columns_allow_prefetch(kind, N, block_n, reverse, eight_byte)
             )
             if retrace:  # (below T = 32, or accumulating in float64) prefetching in whole
                 # tiles (T and N multiples of 4 and 32), which then run unmasked, but not in
