@@ -325,6 +325,30 @@ def test_unaligned_16bit_rows_every_estimator(T, N, dtype):
         assert plan.prefetch == (reverse and kind != kernels.LAMBDA.value), plan
 
 
+@pytest.mark.parametrize("T,N,dtype", [(131_075, 12, torch.bfloat16), (262_144, 9, torch.float16)])
+def test_unaligned_few_long_forward_scan_side_by_side(T, N, dtype):
+    """Time-major 16-bit rows of 9-15 sequences (a stride not a multiple of 16) from T = 131072:
+    the forward scan runs 8 x 128 tiles of chunks side by side (sweeps 37-38), traces and the
+    backward scans (discounted returns, Retrace's from T = 131072) their 8 x 16 tiles pipelined
+    in 3 stages; masked columns, a partial last chunk at T = 131075."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    forget_launches()
+    _time_major_against_float64(T, N, dtype, f"unaligned few long {dtype}")
+    pipelined = {kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value,
+                 kernels.RETRACE.value}  # fmt: skip
+    seen = set()
+    for launch in tb._LAUNCHES.values():
+        plan, kind, reverse = launch.plan, launch.meta["KIND"], launch.meta["REVERSE"]
+        if kind == kernels.SCAN.value and not reverse:
+            assert (plan[:2], plan.segs, plan.stages) == ((8, 128), 8, 1), plan
+        elif kind in pipelined:
+            assert (plan[:2], plan.segs, plan.stages) == ((8, 16), 1, 3), (kind, plan)
+        seen.add((kind, reverse))
+    assert (kernels.SCAN.value, False) in seen and (kernels.TRACES.value, False) in seen
+
+
 @pytest.mark.parametrize(
     "T,N,dtype",
     [

@@ -119,6 +119,26 @@ def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
     )
 
 
+def test_unaligned_forward_scan_of_few_long_sequences_side_by_side(h200):
+    """The forward scan of 9-15 sequences of unaligned 16-bit rows from T = 131072 runs 8 x 128
+    tiles of chunks side by side, not the 8 x 16 tiles pipelined in 3 stages that aligned rows
+    (N = 16 or float32), the backward scans, traces (episodic sums) and T = 65536 keep (sweeps
+    37-38)."""
+    scan = kernels.SCAN.value
+    for T, N in ((131_072, 9), (262_144, 15), (1_048_576, 12)):
+        plan = tb._plan(scan, T, N, True, H200, reverse=False, aligned=False)
+        assert (plan[:2], plan.segs, plan.stages) == ((8, 128), 128 // 16, 1), (T, N)
+        for kind, reverse, aligned in ((scan, False, True), (scan, True, False),
+                                       (kernels.TRACES.value, False, False),
+                                       (kernels.DISCOUNTED.value, True, False)):  # fmt: skip
+            plan = tb._plan(kind, T, N, True, H200, reverse=reverse, aligned=aligned)
+            assert (plan[:2], plan.segs, plan.stages) == ((8, 16), 1, 3), (kind, T, N)
+    plan = tb._plan(scan, 65_536, 12, True, H200, reverse=False, aligned=False)
+    assert (plan[:2], plan.stages) == ((8, 16), 3)
+    plan = tb._plan(scan, 131_072, 12, True, H200, reverse=False, acc64=True, aligned=False)
+    assert plan.stages == 1  # (float64: neither)
+
+
 def test_lambda_prefetches_only_in_whole_columns(h200):
     """TD(lambda)'s one-warp 4 x 32 tiles (time-major, N >= 65536 below T = 32, float64 below
     T = 64, unaligned 16-bit rows) prefetch where N is a multiple of 32, whatever T, never in
