@@ -136,7 +136,7 @@ def test_unaligned_forward_scan_of_few_long_sequences_side_by_side(h200):
     plan = tb._plan(scan, 65_536, 12, True, H200, reverse=False, aligned=False)
     assert (plan[:2], plan.stages) == ((8, 16), 3)
     plan = tb._plan(scan, 131_072, 12, True, H200, reverse=False, acc64=True, aligned=False)
-    assert plan.stages == 1  # (float64: neither)
+    assert (plan[:2], plan.stages) == ((8, 128), 1)  # (in float64 side by side either way)
 
 
 def test_lambda_prefetches_only_in_whole_columns(h200):
