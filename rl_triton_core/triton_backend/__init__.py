@@ -165,10 +165,7 @@ _NARROW_SIDE_BY_SIDE = {kernels.GAE.value: 4, kernels.DISCOUNTED.value: 4,
 # one-warp tiles in 3 stages from the T given (sweep 26: 0.72-0.98x the time of chunks side by
 # side at [65536 .. 1048576, 16]; Retrace 0.92-0.94x that of its 8 x 16 tiles unpipelined at
 # [131072, 16], 1.02-1.05x at [65536, 16]; GAE, TD(lambda) and V-trace 0.98-1.08x at
-# [131072, 16], not taken). Not the forward scan of unaligned 16-bit rows (``aligned``: N of
-# 9-15, or 16 as a view of wider rows, not timed) from T = 131072: side by side instead (sweeps
-# 37-38: 0.85-0.99x the time pipelined at T of 131072-1048576, 1.08-1.09x at 65536; traces and
-# episodic sums 0.93-1.08x, kept pipelined)
+# [131072, 16], not taken)
 _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65536,
                        kernels.SCAN.value: 65536, kernels.RETRACE.value: 131072}  # fmt: skip
 
@@ -453,12 +450,7 @@ def _plan(
             cols = max(4, triton.next_power_of_2(N))
             if N <= _NARROW_SIDE_BY_SIDE.get(kind, 0):  # at most 8 sequences: 64-column
                 block_n, target, segs = 64, 8 * sms, 64 // cols  # tiles of chunks side by side
-            elif (
-                8 < N <= 16
-                and not acc64
-                and T >= _PIPELINED_FEW_LONG.get(kind, math.inf)
-                and (aligned or reverse or kind != kernels.SCAN.value or T < 131072)
-            ):  # (the forward scan of unaligned 16-bit rows from T = 131072: side by side)
+            elif 8 < N <= 16 and not acc64 and T >= _PIPELINED_FEW_LONG.get(kind, math.inf):
                 stages = 3
             elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
