@@ -329,9 +329,9 @@ def test_unaligned_16bit_rows_every_estimator(T, N, dtype):
 def test_unaligned_few_long_sequences_every_estimator(T, N, dtype):
     """Time-major 16-bit rows of 9-15 sequences (a stride not a multiple of 16) from T = 131072:
     discounted returns, traces, both scans and Retrace run their 8 x 16 tiles pipelined in 3
-    stages, as aligned rows do (sweep 38: the forward scan's chunks side by side, faster at
-    T = 2^17 .. 2^20, took 1.12-2.51x the time at T of 131075-1000000); masked columns, a
-    partial last chunk at T = 131075."""
+    stages, as aligned rows do (sweep 38: the forward scan's chunks side by side took
+    1.12-2.51x the time where T does not split into whole chunks of a multiple of 16 steps);
+    masked columns, a partial last chunk at T = 131075."""
     import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 

@@ -120,10 +120,10 @@ def test_unaligned_16bit_rows_run_unpipelined_tiles(h200):
 
 
 def test_unaligned_few_long_sequences_keep_pipelined_tiles(h200):
-    """9-15 sequences of unaligned 16-bit rows from T = 65536 run the few-long plans of aligned
-    rows: discounted returns, traces and both scans (Retrace from T = 131072) pipeline their
-    8 x 16 tiles in 3 stages. Chunks side by side for the forward scan took 0.85-0.99x the time
-    at T = 2^17 .. 2^20 but 1.12-2.51x at T of 131075-1000000 (sweep 38: not taken)."""
+    """9-15 sequences of unaligned 16-bit rows from T = 131072 run the few-long plans of aligned
+    rows: discounted returns, traces, both scans and Retrace pipeline their 8 x 16 tiles in 3
+    stages. Chunks side by side for the forward scan took 0.85-0.99x the time where T splits
+    into whole chunks of a multiple of 16 steps, 1.12-2.51x elsewhere (sweep 38: not taken)."""
     for T, N in ((131_072, 9), (131_075, 12), (327_680, 12), (1_000_000, 15)):
         for kind, reverse in ((kernels.SCAN, False), (kernels.TRACES, False),
                               (kernels.SCAN, True), (kernels.DISCOUNTED, True),
