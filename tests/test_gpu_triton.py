@@ -351,6 +351,36 @@ def test_unaligned_few_long_sequences_every_estimator(T, N, dtype):
 
 
 @pytest.mark.parametrize(
+    "T,N,dtype,forward,backward",
+    [
+        (327_680, 12, torch.float64, 48, 40),
+        (327_680, 6, torch.bfloat16, 32, 24),
+        (131_075, 6, torch.float32, 8, 8),
+    ],
+)
+def test_forward_side_by_side_chunks_every_estimator(T, N, dtype, forward, backward):
+    """Time-major chunks side by side (8 x 128 tiles) from T = 65536: forward scans (traces,
+    episodic sums, the forward scan) in chunks of a multiple of 16 steps beyond one tile,
+    backward ones (discounted returns, the backward scan) of 8 (sweep 39); a partial last chunk
+    (the rounded chunks: T is not a multiple of chunk x segs), masked columns at N = 6 and 12."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    forget_launches()
+    _time_major_against_float64(T, N, dtype, f"forward side by side {dtype}")
+    side_by_side = {kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value}
+    seen = set()
+    for launch in tb._LAUNCHES.values():
+        plan, kind, reverse = launch.plan, launch.meta["KIND"], launch.meta["REVERSE"]
+        if kind in side_by_side:
+            assert (plan[:2], plan.segs) == ((8, 128), 128 // 16 if N > 8 else 128 // 8), plan
+            assert plan.chunk == (backward if reverse else forward), (kind, reverse, plan)
+            seen.add((kind, reverse))
+    assert seen == {(kernels.DISCOUNTED.value, True), (kernels.TRACES.value, False),
+                    (kernels.SCAN.value, True), (kernels.SCAN.value, False)}, seen  # fmt: skip
+
+
+@pytest.mark.parametrize(
     "T,N,dtype",
     [
         (16, 65_544, torch.float64),

@@ -133,6 +133,25 @@ def test_unaligned_few_long_sequences_keep_pipelined_tiles(h200):
             assert (plan[:2], plan.segs, plan.stages) == ((8, 16), 1, 3), (kind, T, N)
 
 
+def test_forward_side_by_side_chunks_in_pairs_of_tiles(h200):
+    """Forward scans whose chunks run side by side (time-major, from T = 65536) take chunks of
+    a multiple of 16 steps beyond one 8-step tile; backward scans keep chunks of a multiple of 8
+    (sweep 39: forward chunks of 24-360 steps took up to 2.5x the time of 32-368; backward ones
+    took 1.04-1.17x rounded, one-tile chunks 1.09-1.21x)."""
+    cases = [(327_680, 12, dict(acc64=True, eight_byte=True), 48, 40),
+             (1_000_000, 12, dict(acc64=True), 128, 120), (327_680, 6, {}, 32, 24),
+             (3_000_000, 16, dict(acc64=True, eight_byte=True), 368, 360),
+             (131_075, 6, dict(four_byte=True), 8, 8), (200_000, 6, {}, 16, 16)]  # fmt: skip
+    for T, N, kw, forward, backward in cases:
+        for kind in (kernels.TRACES, kernels.SCAN):
+            plan = tb._plan(kind.value, T, N, True, H200, reverse=False, **kw)
+            assert (plan.segs > 1, plan.chunk) == (True, forward), (kind, T, N)
+            assert plan.n_chunks == -(-T // (forward * plan.segs)) * plan.segs, (kind, T, N)
+        for kind in (kernels.SCAN, kernels.DISCOUNTED):
+            plan = tb._plan(kind.value, T, N, True, H200, **kw)
+            assert (plan.segs > 1, plan.chunk) == (True, backward), (kind, T, N)
+
+
 def test_lambda_prefetches_only_in_whole_columns(h200):
     """TD(lambda)'s one-warp 4 x 32 tiles (time-major, N >= 65536 below T = 32, float64 below
     T = 64, unaligned 16-bit rows) prefetch where N is a multiple of 32, whatever T, never in

@@ -272,6 +272,8 @@ def _plan(
     vtrace = kind == kernels.VTRACE.value
     retrace = kind == kernels.RETRACE.value
     segs, prefetch, stages = 1, False, 1
+    paired = False  # chunks longer than a tile a multiple of two tiles (the side-by-side forward
+    # scans below)
     one_wave = False  # target: at most this many programs (else at least; see the split below)
     whole_only = False  # prefetch only where the tiles need no masks (see _full_tiles)
     resident_ok = device not in _NO_RESIDENT
@@ -454,6 +456,14 @@ def _plan(
                 stages = 3
             elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
+                # Forward scans there (traces, episodic sums, the forward scan) in chunks of
+                # an odd number of 8-step tiles beyond one took up to 2.5x the time of chunks
+                # rounded up to a multiple of 16 steps (sweep 39, set R: 0.40-1.02x the time
+                # rounded at every one of 112 such plans, N of 5-16 and T of 200000 .. 3*10^6
+                # in float64, float32, float32 accumulating in float64, bfloat16 and float16;
+                # N = 3 at 655360; 16-bit 0.49-1.02x, float32 0.58-0.99x). One-tile chunks stay
+                # (1.09-1.21x rounded, set Q), as do backward scans' (1.04-1.17x, set Q).
+                paired = not reverse
         elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
         elif time_major and N < 1024:  # (16 < N < 256 below T = 512; to N = 1024 below 256,
@@ -527,6 +537,8 @@ def _plan(
         along_time = target // programs if one_wave else triton.cdiv(target, programs)
         spans = min(along_time, triton.cdiv(T, min_chunk), max_chunks)
     chunk = triton.cdiv(triton.cdiv(T, spans * segs), step) * step
+    if paired and chunk > step:
+        chunk = triton.cdiv(chunk, 2 * step) * 2 * step
     plan = plan._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * segs) * segs)
     return plan._replace(prefetch=_full_tiles(plan, T, N, reverse)) if whole_only else plan
 
