@@ -361,8 +361,9 @@ def test_unaligned_few_long_sequences_every_estimator(T, N, dtype):
 def test_forward_side_by_side_chunks_every_estimator(T, N, dtype, forward, backward):
     """Time-major chunks side by side (8 x 128 tiles) from T = 65536: forward scans (traces,
     episodic sums, the forward scan) in chunks of a multiple of 16 steps beyond one tile,
-    backward ones (discounted returns, the backward scan) of 8 (sweep 39); a partial last chunk
-    (the rounded chunks: T is not a multiple of chunk x segs), masked columns at N = 6 and 12."""
+    backward ones (discounted returns, the backward scan) keep chunks of a multiple of 8 steps
+    (sweep 39); a partial last chunk at N = 12 (T is not a multiple of chunk x segs), masked
+    columns at N = 6 and 12."""
     import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 

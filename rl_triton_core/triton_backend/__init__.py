@@ -461,7 +461,7 @@ def _plan(
                 # rounded up to a multiple of 16 steps (sweep 39, set R: 0.40-1.02x the time
                 # rounded at every one of 112 such plans, N of 5-16 and T of 200000 .. 3*10^6
                 # in float64, float32, float32 accumulating in float64, bfloat16 and float16;
-                # N = 3 at 655360; 16-bit 0.49-1.02x, float32 0.58-0.99x). One-tile chunks stay
+                # N = 3 at 655360; 16-bit 0.49-1.02x, float32 0.40-0.99x). One-tile chunks stay
                 # (1.09-1.21x rounded, set Q), as do backward scans' (1.04-1.17x, set Q).
                 paired = not reverse
         elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
