@@ -272,8 +272,8 @@ def _plan(
     vtrace = kind == kernels.VTRACE.value
     retrace = kind == kernels.RETRACE.value
     segs, prefetch, stages = 1, False, 1
-    paired = False  # chunks longer than a tile a multiple of two tiles (the side-by-side forward
-    # scans below)
+    paired = False  # round chunks longer than one tile up to two tiles' multiple (forward
+    # scans side by side: see the few-long branch)
     one_wave = False  # target: at most this many programs (else at least; see the split below)
     whole_only = False  # prefetch only where the tiles need no masks (see _full_tiles)
     resident_ok = device not in _NO_RESIDENT
