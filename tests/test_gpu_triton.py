@@ -351,30 +351,32 @@ def test_unaligned_few_long_sequences_every_estimator(T, N, dtype):
 
 
 @pytest.mark.parametrize(
-    "T,N,dtype,forward,backward",
+    "T,N,dtype,tile,segs,forward,backward",
     [
-        (327_680, 12, torch.float64, 48, 40),
-        (327_680, 6, torch.bfloat16, 32, 24),
-        (131_075, 6, torch.float32, 8, 8),
+        (327_680, 12, torch.float64, (8, 128), 8, 48, 40),
+        (327_680, 6, torch.bfloat16, (8, 128), 16, 32, 24),
+        (131_075, 6, torch.float32, (8, 128), 16, 8, 8),
+        (200_000, 100, torch.float32, (8, 16), 1, 176, 168),
     ],
 )
-def test_forward_side_by_side_chunks_every_estimator(T, N, dtype, forward, backward):
-    """Time-major chunks side by side (8 x 128 tiles) from T = 65536: forward scans (traces,
-    episodic sums, the forward scan) in chunks of a multiple of 16 steps beyond one tile,
-    backward ones (discounted returns, the backward scan) keep chunks of a multiple of 8 steps
-    (sweep 39); a partial last chunk at N = 12 (T is not a multiple of chunk x segs), masked
-    columns at N = 6 and 12."""
+def test_forward_chunks_in_pairs_every_estimator(T, N, dtype, tile, segs, forward, backward):
+    """Split time-major 8-step tiles: chunks side by side (8 x 128, few long sequences from
+    T = 65536) and 8 x 16 tiles of 17-1023 sequences from T = 16384. Forward scans (traces,
+    episodic sums, the forward scan) take chunks of a multiple of 16 steps beyond one tile;
+    backward ones (discounted returns, the backward scan) keep multiples of 8 (sweep 39). A
+    partial last chunk at N = 12 and 100 (T is not a multiple of chunk x segs), masked columns
+    at N = 6, 12 and 100."""
     import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
     forget_launches()
-    _time_major_against_float64(T, N, dtype, f"forward side by side {dtype}")
-    side_by_side = {kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value}
+    _time_major_against_float64(T, N, dtype, f"forward chunks in pairs {dtype}")
+    checked = {kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value}
     seen = set()
     for launch in tb._LAUNCHES.values():
         plan, kind, reverse = launch.plan, launch.meta["KIND"], launch.meta["REVERSE"]
-        if kind in side_by_side:
-            assert (plan[:2], plan.segs) == ((8, 128), 128 // 16 if N > 8 else 128 // 8), plan
+        if kind in checked:
+            assert (plan[:2], plan.segs) == (tile, segs), plan
             assert plan.chunk == (backward if reverse else forward), (kind, reverse, plan)
             seen.add((kind, reverse))
     assert seen == {(kernels.DISCOUNTED.value, True), (kernels.TRACES.value, False),

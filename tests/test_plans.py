@@ -133,7 +133,7 @@ def test_unaligned_few_long_sequences_keep_pipelined_tiles(h200):
             assert (plan[:2], plan.segs, plan.stages) == ((8, 16), 1, 3), (kind, T, N)
 
 
-def test_forward_side_by_side_chunks_in_pairs_of_tiles(h200):
+def test_forward_chunks_in_pairs_of_tiles(h200):
     """Forward scans whose chunks run side by side (time-major, from T = 65536) take chunks of
     a multiple of 16 steps beyond one 8-step tile; backward scans keep chunks of a multiple of 8
     (sweep 39: forward chunks of 24-360 steps took up to 2.5x the time of 32-368; backward ones
@@ -150,6 +150,13 @@ def test_forward_side_by_side_chunks_in_pairs_of_tiles(h200):
         for kind in (kernels.SCAN, kernels.DISCOUNTED):
             plan = tb._plan(kind.value, T, N, True, H200, **kw)
             assert (plan.segs > 1, plan.chunk) == (True, backward), (kind, T, N)
+    # 8 x 16 tiles of 17-1023 sequences from T = 16384 (sweep 39, sets S and T)
+    for T, N, forward, backward in ((200_000, 100, 176, 168), (1_000_000, 17, 256, 248)):
+        for kind, reverse in ((kernels.TRACES, False), (kernels.SCAN, False),
+                              (kernels.SCAN, True), (kernels.DISCOUNTED, True)):  # fmt: skip
+            plan = tb._plan(kind.value, T, N, True, H200, reverse=reverse, four_byte=True)
+            assert (plan[:2], plan.segs) == ((8, 16), 1), (kind, T, N)
+            assert plan.chunk == (backward if reverse else forward), (kind, T, N)
 
 
 def test_lambda_prefetches_only_in_whole_columns(h200):

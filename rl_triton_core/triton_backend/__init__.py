@@ -429,6 +429,9 @@ def _plan(
             block_t, block_n, unroll, warps, target, one_wave = 4, 64, 1, 1, 32 * sms, True
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
+            paired = not reverse  # forward chunks in pairs of tiles (sweep 39, sets S and T:
+            # traces 0.68-0.74x the time, the forward scan 0.87-0.96x at [200000 .. 10^6,
+            # 40 .. 100]; see the side-by-side few-long tiles below)
         elif time_major and N >= 16384:  # V-trace, T >= 256 below N = 65536: each thread
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # walks its column
         elif time_major and N < 256 and T >= 512:
@@ -463,6 +466,7 @@ def _plan(
                 # in float64, float32, float32 accumulating in float64, bfloat16 and float16;
                 # N = 3 at 655360; 16-bit 0.49-1.02x, float32 0.40-0.99x). One-tile chunks stay
                 # (1.09-1.21x rounded, set Q), as do backward scans' (1.04-1.17x, set Q).
+                # Pipelined 8 x 16 tiles (N of 9-16) were mixed rounded (0.83-1.03x, set S).
                 paired = not reverse
         elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
