@@ -262,6 +262,16 @@ def _time_major_against_float64(T, N, dtype, label):
     _close_all(got, _run_all(_f64(d), 0, "torch"), dtype, label)
 
 
+def _launches_against_float64(T, N, dtype, label):
+    """``_time_major_against_float64`` from an empty launch table: the launches it described,
+    as ``(kind, reverse, launch)``."""
+    import rl_triton_core.triton_backend as tb
+
+    forget_launches()
+    _time_major_against_float64(T, N, dtype, label)
+    return [(L.meta["KIND"], L.meta["REVERSE"], L) for L in tb._LAUNCHES.values()]
+
+
 def test_wide_float32_tiles_every_estimator():
     """Time-major float32 from [256, 65536]: GAE in 4 x 32 tiles, V-trace in 4 x 64 (the
     other estimators as below T = 256: see SHAPES); masked columns, a partial last tile."""
@@ -296,12 +306,10 @@ def test_short_wide_retrace_tiles_every_estimator(T, N, dtype):
     """Time-major below T = 32 from N = 16384: Retrace's one-warp 4 x 32 tiles prefetch and run
     unmasked where they are whole (T = 16; no prefetch in float64), neither where they are
     partial (T = 25, masked steps; sweep 36)."""
-    import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
-    forget_launches()
-    _time_major_against_float64(T, N, dtype, f"short wide Retrace tiles {dtype}")
-    (launch,) = [L for L in tb._LAUNCHES.values() if L.meta["KIND"] == kernels.RETRACE.value]
+    launches = _launches_against_float64(T, N, dtype, f"short wide Retrace tiles {dtype}")
+    (launch,) = [launch for kind, _, launch in launches if kind == kernels.RETRACE.value]
     whole = T % 4 == 0
     assert launch.plan[:2] == (4, 32) and launch.meta["FULL"] == whole, launch.plan
     assert launch.plan.prefetch == (whole and dtype != torch.float64), launch.plan
@@ -313,14 +321,12 @@ def test_unaligned_16bit_rows_every_estimator(T, N, dtype):
     Triton): the backward scans run unpipelined tiles, prefetching but TD(lambda)'s (sweeps 35,
     37), the forward scans their pipelined ones; masked columns, a partial last tile of
     Retrace's 8 rows at T = 300."""
-    import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
-    forget_launches()
-    _time_major_against_float64(T, N, dtype, f"unaligned 16-bit rows {dtype}")
-    plans = [(L.meta["REVERSE"], L.meta["KIND"], L.plan) for L in tb._LAUNCHES.values()]
-    assert {reverse for reverse, _, _ in plans} == {False, True}
-    for reverse, kind, plan in plans:
+    launches = _launches_against_float64(T, N, dtype, f"unaligned 16-bit rows {dtype}")
+    assert {reverse for _, reverse, _ in launches} == {False, True}
+    for kind, reverse, launch in launches:
+        plan = launch.plan
         assert plan.n_chunks == 1 and (plan.stages == 1) == reverse, plan
         assert plan.prefetch == (reverse and kind != kernels.LAMBDA.value), plan
 
@@ -332,19 +338,16 @@ def test_unaligned_few_long_sequences_every_estimator(T, N, dtype):
     stages, as aligned rows do (sweep 38: the forward scan's chunks side by side took
     1.12-2.51x the time where T does not split into whole chunks of a multiple of 16 steps);
     masked columns, a partial last chunk at T = 131075."""
-    import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
-    forget_launches()
-    _time_major_against_float64(T, N, dtype, f"unaligned few long {dtype}")
+    launches = _launches_against_float64(T, N, dtype, f"unaligned few long {dtype}")
     pipelined = {kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value,
                  kernels.RETRACE.value}  # fmt: skip
-    seen = set()
-    for launch in tb._LAUNCHES.values():
-        plan, kind, reverse = launch.plan, launch.meta["KIND"], launch.meta["REVERSE"]
-        if kind in pipelined:
-            assert (plan[:2], plan.segs, plan.stages) == ((8, 16), 1, 3), (kind, plan)
-            seen.add((kind, reverse))
+    launches = [(kind, reverse, launch.plan) for kind, reverse, launch in launches
+                if kind in pipelined]  # fmt: skip
+    for kind, _, plan in launches:
+        assert (plan[:2], plan.segs, plan.stages) == ((8, 16), 1, 3), (kind, plan)
+    seen = {(kind, reverse) for kind, reverse, _ in launches}
     assert seen == {(kernels.DISCOUNTED.value, True), (kernels.TRACES.value, False),
                     (kernels.SCAN.value, True), (kernels.SCAN.value, False),
                     (kernels.RETRACE.value, True)}, seen  # fmt: skip
@@ -366,19 +369,16 @@ def test_forward_chunks_in_pairs_every_estimator(T, N, dtype, tile, segs, forwar
     backward ones (discounted returns, the backward scan) keep multiples of 8 (sweep 39). A
     partial last chunk at N = 12 and 100 (T is not a multiple of chunk x segs), masked columns
     at N = 6, 12 and 100."""
-    import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
-    forget_launches()
-    _time_major_against_float64(T, N, dtype, f"forward chunks in pairs {dtype}")
+    launches = _launches_against_float64(T, N, dtype, f"forward chunks in pairs {dtype}")
     checked = {kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value}
-    seen = set()
-    for launch in tb._LAUNCHES.values():
-        plan, kind, reverse = launch.plan, launch.meta["KIND"], launch.meta["REVERSE"]
-        if kind in checked:
-            assert (plan[:2], plan.segs) == (tile, segs), plan
-            assert plan.chunk == (backward if reverse else forward), (kind, reverse, plan)
-            seen.add((kind, reverse))
+    launches = [(kind, reverse, launch.plan) for kind, reverse, launch in launches
+                if kind in checked]  # fmt: skip
+    for kind, reverse, plan in launches:
+        assert (plan[:2], plan.segs) == (tile, segs), plan
+        assert plan.chunk == (backward if reverse else forward), (kind, reverse, plan)
+    seen = {(kind, reverse) for kind, reverse, _ in launches}
     assert seen == {(kernels.DISCOUNTED.value, True), (kernels.TRACES.value, False),
                     (kernels.SCAN.value, True), (kernels.SCAN.value, False)}, seen  # fmt: skip
 
@@ -401,14 +401,11 @@ def test_wide_tile_prefetch_rules_every_estimator(T, N, dtype):
     only there and not in float64, Retrace's where whole (T too) and not in float64; the 8 x 16
     tiles of float64 (TD(lambda), discounted returns, traces, the scans from T = 64) do not
     prefetch. Masked columns (N = 65544), a partial last tile (T = 31, 70)."""
-    import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
-    forget_launches()
-    _time_major_against_float64(T, N, dtype, f"wide tile prefetch {dtype}")
     f64 = dtype == torch.float64
-    for launch in tb._LAUNCHES.values():
-        plan, kind, reverse = launch.plan, launch.meta["KIND"], launch.meta["REVERSE"]
+    for kind, reverse, launch in _launches_against_float64(T, N, dtype, f"wide prefetch {dtype}"):
+        plan = launch.plan
         columns = N % plan.cols == 0  # (whole tiles of columns)
         if plan[:2] == (8, 16):
             want = not (f64 and N >= 65_536)
