@@ -364,7 +364,7 @@ def test_unaligned_few_long_sequences_every_estimator(T, N, dtype):
 )
 def test_forward_chunks_in_pairs_every_estimator(T, N, dtype, tile, segs, forward, backward):
     """Split time-major 8-step tiles: chunks side by side (8 x 128, few long sequences from
-    T = 65536) and 8 x 16 tiles of 17-1023 sequences from T = 16384. Forward scans (traces,
+    T = 65536) and 8 x 16 tiles of 17-255 sequences from T = 16384. Forward scans (traces,
     episodic sums, the forward scan) take chunks of a multiple of 16 steps beyond one tile;
     backward ones (discounted returns, the backward scan) keep multiples of 8 (sweep 39). A
     partial last chunk at N = 12 and 100 (T is not a multiple of chunk x segs), masked columns

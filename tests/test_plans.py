@@ -150,7 +150,7 @@ def test_forward_chunks_in_pairs_of_tiles(h200):
         for kind in (kernels.SCAN, kernels.DISCOUNTED):
             plan = tb._plan(kind.value, T, N, True, H200, **kw)
             assert (plan.segs > 1, plan.chunk) == (True, backward), (kind, T, N)
-    # 8 x 16 tiles of 17-1023 sequences from T = 16384 (sweep 39, sets S and T)
+    # 8 x 16 tiles of 17-255 sequences from T = 16384 (sweep 39, sets S and T)
     for T, N, forward, backward in ((200_000, 100, 176, 168), (1_000_000, 17, 256, 248)):
         for kind, reverse in ((kernels.TRACES, False), (kernels.SCAN, False),
                               (kernels.SCAN, True), (kernels.DISCOUNTED, True)):  # fmt: skip

@@ -429,9 +429,9 @@ def _plan(
             block_t, block_n, unroll, warps, target, one_wave = 4, 64, 1, 1, 32 * sms, True
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
-            paired = not reverse  # forward chunks in pairs of tiles (sweep 39, sets S and T:
-            # traces 0.68-0.74x the time, the forward scan 0.87-0.96x at [200000 .. 10^6,
-            # 40 .. 100]; see the side-by-side few-long tiles below)
+            paired = not reverse  # forward chunks in pairs of tiles (sweep 39, set T: traces
+            # and episodic sums 0.66-1.02x the time, the forward scan 0.87-1.02x at 9 shapes
+            # of [200000 .. 10^6, 17 .. 200]; see the side-by-side few-long tiles below)
         elif time_major and N >= 16384:  # V-trace, T >= 256 below N = 65536: each thread
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # walks its column
         elif time_major and N < 256 and T >= 512:
