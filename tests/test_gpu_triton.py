@@ -359,6 +359,7 @@ def test_unaligned_few_long_sequences_every_estimator(T, N, dtype):
         (327_680, 12, torch.float64, (8, 128), 8, 48, 40),
         (327_680, 6, torch.bfloat16, (8, 128), 16, 32, 24),
         (131_075, 6, torch.float32, (8, 128), 16, 8, 8),
+        (327_688, 6, torch.float32, (8, 128), 16, 24, 24),
         (200_000, 100, torch.float32, (8, 16), 1, 176, 168),
     ],
 )
@@ -366,9 +367,10 @@ def test_forward_chunks_in_pairs_every_estimator(T, N, dtype, tile, segs, forwar
     """Split time-major 8-step tiles: chunks side by side (8 x 128, few long sequences from
     T = 65536) and 8 x 16 tiles of 17-255 sequences from T = 16384. Forward scans (traces,
     episodic sums, the forward scan) take chunks of a multiple of 16 steps beyond one tile;
-    backward ones (discounted returns, the backward scan) keep multiples of 8 (sweep 39). A
-    partial last chunk at N = 12 and 100 (T is not a multiple of chunk x segs), masked columns
-    at N = 6, 12 and 100."""
+    backward ones (discounted returns, the backward scan) keep multiples of 8 (sweep 39); side
+    by side, only where T is a multiple of 16 (sweep 40: T = 327688 keeps 24). A partial last
+    chunk at N = 12 and 100 and T = 327688 (T is not a multiple of chunk x segs), masked
+    columns at N = 6, 12 and 100."""
     from rl_triton_core.triton_backend import kernels
 
     launches = _launches_against_float64(T, N, dtype, f"forward chunks in pairs {dtype}")
