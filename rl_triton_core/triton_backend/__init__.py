@@ -469,10 +469,11 @@ def _plan(
                 # Pipelined 8 x 16 tiles (N of 9-16) were mixed rounded (0.83-1.03x, set S).
                 # Only where T is a multiple of 16: the fast code needs Triton's specialisation
                 # of both T and the chunk as multiples of 16 (sweep 40: otherwise ptxas spreads
-                # a tile's loads among its arithmetic at any chunk, 12.7 against 2.6 cycles of
-                # long-scoreboard stall an instruction; float64 traces 307 us at [1000008, 12]
-                # in chunks of 128 against 135 at [1000000, 12]; the chunks left unrounded took
-                # 0.89-1.00x the time of rounded ones at T of 327688, 1000003 and 1000008).
+                # a tile's loads among its arithmetic, 12.7 against 2.6 cycles of long-scoreboard
+                # stall an instruction at T = 1000000 in chunks of 120 against 128; float64
+                # traces 307 us at [1000008, 12] in chunks of 128 against 135 at [1000000, 12];
+                # the 8 plans left unrounded took 0.89-0.96x the time of rounded ones at T of
+                # 327688, 1000003 and 1000008).
                 paired = not reverse and T % 16 == 0
         elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
