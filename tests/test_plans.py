@@ -145,7 +145,8 @@ def test_forward_chunks_in_pairs_of_tiles(h200):
              (3_000_000, 16, dict(acc64=True, eight_byte=True), 368, 360),
              (131_075, 6, dict(four_byte=True), 8, 8), (200_000, 6, {}, 16, 16),
              (1_000_008, 12, dict(acc64=True, eight_byte=True), 120, 120),
-             (327_688, 6, dict(four_byte=True), 24, 24), (1_000_003, 12, dict(acc64=True), 120, 120)]  # fmt: skip
+             (327_688, 6, dict(four_byte=True), 24, 24),
+             (1_000_003, 12, dict(acc64=True), 120, 120)]  # fmt: skip
     for T, N, kw, forward, backward in cases:
         for kind in (kernels.TRACES, kernels.SCAN):
             plan = tb._plan(kind.value, T, N, True, H200, reverse=False, **kw)
