@@ -761,6 +761,9 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         K2_T=k2_t,
         IDX64=_offsets_need_int64(T, N, pairs, b_n),
         FULL=_full_tiles(plan, T, N, reverse),
+        # split, T not a multiple of 16: the tile loop compiled twice, masked at T in the last
+        # programs only (see scan_kernel)
+        T_TAIL=plan.n_chunks > 1 and not plan.resident and T % 16 != 0,
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
         BY=by,

@@ -676,6 +676,7 @@ def scan_kernel(
     RESIDENT: tl.constexpr,
     IDX64: tl.constexpr,
     FULL: tl.constexpr,
+    T_TAIL: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BY: tl.constexpr,
@@ -735,7 +736,6 @@ def scan_kernel(
                     b_p = tl.load(prefix + n_chunks.to(tl.int64) * N, mask=col_ok, other=0)
                     carry = _apply(a_p, b_p, carry)
 
-        STEP: tl.constexpr = BLOCK_T * UNROLL
         BACKWARD: tl.constexpr = REVERSE and not FLIP  # a tile is scanned from its last row up
         LAST: tl.constexpr = 0 if BACKWARD else BLOCK_T - 1  # the row its scan reaches last
         # The chunk's composite as a tile of totals, its row extracted once at the end, where a
@@ -793,62 +793,105 @@ def scan_kernel(
                 K2_T, IDX64, FULL, BLOCK_T,
             )  # fmt: skip
             return
-        n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
-        if TILE_TOTALS:
-            total_a = tl.full([BLOCK_T, BLOCK_N], 1, dtype=ACC)
-            total_b = tl.zeros([BLOCK_T, BLOCK_N], dtype=ACC)
+        # A program whose chunks all end by T masks its tiles at the chunks' ends only, which
+        # the compiler knows are multiples of 16 where the chunk is (Triton's specialisation):
+        # ptxas then issues a tile's loads up front. T_TAIL (T not a multiple of 16, split):
+        # the walk compiled twice, masked at T too in the program that holds step T - 1 only
+        # (sweep 40: masked at a T not known as a multiple of 16, ptxas spread the loads among
+        # the arithmetic, up to 2.3x the time).
+        if T_TAIL and (first + SEGS) * CHUNK <= T:
+            _walk_chunks(
+                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, k2, boot_v, out0, out1,
+                totals, carry, first, c, n, n_ok, n64, rows, start, start + CHUNK, T, N, CHUNK,
+                n_chunks, s_t, s_n, f_t, f_n, k_t, k_n, o0_t, o0_n, o1_t, o1_n, KIND, TRACE,
+                REVERSE, FLIP, ACC, HAS_TERM, HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T,
+                K0_T, K1_T, K2_T, IDX64, FULL, BLOCK_T, BLOCK_N, BY, UNROLL, PREFETCH, STAGES,
+                WRITE_TOTALS, TILE_TOTALS, BACKWARD, LAST,
+            )  # fmt: skip
         else:
-            total_a = tl.full([BLOCK_N], 1, dtype=ACC)
-            total_b = tl.zeros([BLOCK_N], dtype=ACC)
-        # PREFETCH: each tile's coefficients are built (its loads issued) before the previous
-        # tile is scanned and written, so that its loads are in flight meanwhile
-        if PREFETCH:
-            t0 = start
+            _walk_chunks(
+                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, k2, boot_v, out0, out1,
+                totals, carry, first, c, n, n_ok, n64, rows, start, stop, T, N, CHUNK,
+                n_chunks, s_t, s_n, f_t, f_n, k_t, k_n, o0_t, o0_n, o1_t, o1_n, KIND, TRACE,
+                REVERSE, FLIP, ACC, HAS_TERM, HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T,
+                K0_T, K1_T, K2_T, IDX64, FULL, BLOCK_T, BLOCK_N, BY, UNROLL, PREFETCH, STAGES,
+                WRITE_TOTALS, TILE_TOTALS, BACKWARD, LAST,
+            )  # fmt: skip
+
+
+@triton.jit
+def _walk_chunks(
+    x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, k2, boot_v, out0, out1, totals,
+    carry, first, c, n, n_ok, n64, rows, start, stop, T, N, CHUNK, n_chunks, s_t, s_n, f_t, f_n,
+    k_t, k_n, o0_t, o0_n, o1_t, o1_n,
+    KIND: tl.constexpr, TRACE: tl.constexpr, REVERSE: tl.constexpr, FLIP: tl.constexpr,
+    ACC: tl.constexpr, HAS_TERM: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_NEXT: tl.constexpr,
+    HAS_VALUES: tl.constexpr, HAS_BOOT: tl.constexpr, G_T: tl.constexpr, L_T: tl.constexpr,
+    K0_T: tl.constexpr, K1_T: tl.constexpr, K2_T: tl.constexpr, IDX64: tl.constexpr,
+    FULL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BY: tl.constexpr,
+    UNROLL: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr,
+    WRITE_TOTALS: tl.constexpr, TILE_TOTALS: tl.constexpr, BACKWARD: tl.constexpr,
+    LAST: tl.constexpr,
+):  # fmt: skip
+    """The program's tile loop (see ``scan_kernel``): its chunks' totals (WRITE_TOTALS) or
+    their states and outputs from ``carry``; tiles masked from ``stop`` on."""
+    STEP: tl.constexpr = BLOCK_T * UNROLL
+    n_iters = tl.cdiv(tl.minimum(CHUNK, T - first * CHUNK), STEP)  # (the first chunk's)
+    if TILE_TOTALS:
+        total_a = tl.full([BLOCK_T, BLOCK_N], 1, dtype=ACC)
+        total_b = tl.zeros([BLOCK_T, BLOCK_N], dtype=ACC)
+    else:
+        total_a = tl.full([BLOCK_N], 1, dtype=ACC)
+        total_b = tl.zeros([BLOCK_N], dtype=ACC)
+    # PREFETCH: each tile's coefficients are built (its loads issued) before the previous
+    # tile is scanned and written, so that its loads are in flight meanwhile
+    if PREFETCH:
+        t0 = start
+        if REVERSE:
+            t0 += n_iters * STEP - BLOCK_T
+        a, b, cont, is_term, v = _tile_coefficients(
+            x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot_v, t0, rows, n, n_ok,
+            stop, T, s_t, s_n, f_t, f_n, k_t, k_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
+            HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64,
+            FULL, BLOCK_T,
+        )  # fmt: skip
+    for i in tl.range(0, n_iters, num_stages=STAGES):
+        for k in tl.static_range(UNROLL):
             if REVERSE:
-                t0 += n_iters * STEP - BLOCK_T
-            a, b, cont, is_term, v = _tile_coefficients(
-                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot_v, t0, rows, n, n_ok,
+                t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
+            else:
+                t0 = start + i * STEP + k * BLOCK_T
+            if PREFETCH:  # the next tile in walk order; past the chunk, masked (forward) or
+                # clamped to its first tile (reverse: reloaded once, unused)
+                t1 = tl.maximum(t0 - BLOCK_T, start) if REVERSE else t0 + BLOCK_T
+            else:
+                t1 = t0
+            a1, b1, cont1, is_term1, v1 = _tile_coefficients(
+                x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot_v, t1, rows, n, n_ok,
                 stop, T, s_t, s_n, f_t, f_n, k_t, k_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
                 HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64,
                 FULL, BLOCK_T,
             )  # fmt: skip
-        for i in tl.range(0, n_iters, num_stages=STAGES):
-            for k in tl.static_range(UNROLL):
-                if REVERSE:
-                    t0 = start + (n_iters - 1 - i) * STEP + (UNROLL - 1 - k) * BLOCK_T
-                else:
-                    t0 = start + i * STEP + k * BLOCK_T
-                if PREFETCH:  # the next tile in walk order; past the chunk, masked (forward) or
-                    # clamped to its first tile (reverse: reloaded once, unused)
-                    t1 = tl.maximum(t0 - BLOCK_T, start) if REVERSE else t0 + BLOCK_T
-                else:
-                    t1 = t0
-                a1, b1, cont1, is_term1, v1 = _tile_coefficients(
-                    x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, boot_v, t1, rows, n, n_ok,
-                    stop, T, s_t, s_n, f_t, f_n, k_t, k_n, KIND, TRACE, FLIP, ACC, HAS_TERM,
-                    HAS_TRUNC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T, L_T, K0_T, K1_T, IDX64,
-                    FULL, BLOCK_T,
+            if not PREFETCH:
+                a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
+            if WRITE_TOTALS:
+                total_a, total_b = _fold_tile(
+                    total_a, total_b, a, b, rows, BACKWARD, BY, LAST, TILE_TOTALS
+                )
+            else:
+                x, carry_out = _tile_states(a, b, carry, rows, BACKWARD, BY, LAST)
+                _write_tile(
+                    x0, x1, x2, x3, x4, gamma, k2, boot_v, out0, out1, x, cont, is_term, v,
+                    t0, rows, n, n_ok, carry, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, o0_t,
+                    o0_n, o1_t, o1_n, KIND, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T,
+                    K2_T, IDX64, FULL, BLOCK_T,
                 )  # fmt: skip
-                if not PREFETCH:
-                    a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
-                if WRITE_TOTALS:
-                    total_a, total_b = _fold_tile(
-                        total_a, total_b, a, b, rows, BACKWARD, BY, LAST, TILE_TOTALS
-                    )
-                else:
-                    x, carry_out = _tile_states(a, b, carry, rows, BACKWARD, BY, LAST)
-                    _write_tile(
-                        x0, x1, x2, x3, x4, gamma, k2, boot_v, out0, out1, x, cont, is_term, v,
-                        t0, rows, n, n_ok, carry, stop, T, s_t, s_n, f_t, f_n, k_t, k_n, o0_t,
-                        o0_n, o1_t, o1_n, KIND, FLIP, ACC, HAS_NEXT, HAS_VALUES, HAS_BOOT, G_T,
-                        K2_T, IDX64, FULL, BLOCK_T,
-                    )  # fmt: skip
-                    carry = carry_out
-                if PREFETCH:
-                    a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
-        if WRITE_TOTALS:
-            if TILE_TOTALS:
-                total_a = _row(total_a, rows, LAST)
-                total_b = _row(total_b, rows, LAST)
-            tl.store(totals + c * N + n64, total_a, mask=n_ok)
-            tl.store(totals + (n_chunks + c) * N + n64, total_b, mask=n_ok)
+                carry = carry_out
+            if PREFETCH:
+                a, b, cont, is_term, v = a1, b1, cont1, is_term1, v1
+    if WRITE_TOTALS:
+        if TILE_TOTALS:
+            total_a = _row(total_a, rows, LAST)
+            total_b = _row(total_b, rows, LAST)
+        tl.store(totals + c * N + n64, total_a, mask=n_ok)
+        tl.store(totals + (n_chunks + c) * N + n64, total_b, mask=n_ok)
