@@ -669,6 +669,32 @@ def test_backward_one_column_tiles_by_eights_and_fours(N, by, backend, device):
             assert_close(x, e, torch.float32, name=f"gae output {k} [{N}, {T}]")
 
 
+@pytest.mark.parametrize(
+    "T,N,tail",
+    [(100, 2, {"eligibility_traces": True, "discounted_returns": False}),
+     (96, 2, {"eligibility_traces": False, "discounted_returns": False}),
+     (1000, 1, {"eligibility_traces": True, "discounted_returns": True})],
+)  # fmt: skip
+def test_tail_programs_where_measured(T, N, tail, backend, device):
+    """Split scans at T not a multiple of 16 compile the tile loop twice (``meta["T_TAIL"]``),
+    masked at T only in the program holding step T - 1: in the interpreter's plans, forward
+    chunks side by side at [100, 2] (not backward ones, nor at T = 96) and one-column tiles at
+    [1000, 1], both ways. Outputs NaN-poisoned, against the oracle."""
+    if not interpreted(backend):
+        pytest.skip("the interpreter's plans (a GPU's: tests/test_gpu_triton.py)")
+    g = rng(19)
+    r, term = u(g, T, N), torch.rand(T, N, generator=g) < 0.05
+    for name, kw in (("eligibility_traces", dict(lmbda=0.9)), ("discounted_returns", {})):
+        fn = getattr(rtc, name)
+        ref = fn(r, term, gamma=0.99, **kw, backend="reference")
+        out = torch.full((T, N), float("nan"), device=device)
+        rd, td = dev(device, r.float(), term)
+        got, launch = described_launch(fn, rd, td, gamma=0.99, **kw, out=out, backend=backend)
+        assert launch.plan.n_chunks > 1 and launch.meta["T_TAIL"] == tail[name], launch.plan
+        assert got is out or got.data_ptr() == out.data_ptr()
+        assert_close(got, ref, torch.float32, name=f"{name} [{T}, {N}]")
+
+
 def test_int64_offsets_follow_every_tensors_strides():
     """A Triton launch takes 64-bit offsets when the strides of some tensor it reads or writes
     reach 2**31 elements: not for dense [1024, 65536] GAE (they cost instructions: sm_90, 84 ->

@@ -138,23 +138,26 @@ def test_forward_chunks_in_pairs_of_tiles(h200):
     a multiple of 16 steps beyond one 8-step tile where T is a multiple of 16; backward scans keep
     chunks of a multiple of 8 (sweep 39: forward chunks of 24-360 steps took up to 2.5x the time
     of 32-368; backward ones took 1.04-1.17x rounded, one-tile chunks 1.09-1.21x). Where T is
-    not a multiple of 16 no chunk gets the fast code, and unrounded ones took 0.89-0.96x the
-    time of rounded ones (sweep 40, set V), so they stay."""
+    not a multiple of 16, so too, with the tile loop compiled twice (T_TAIL) in forward plans
+    only (sweep 41, set X: rounded with T_TAIL 0.82-0.83x the time of unrounded without it in
+    float64; sweep 40, set V: rounded without it 1.04-1.12x)."""
     cases = [(327_680, 12, dict(acc64=True, eight_byte=True), 48, 40),
              (1_000_000, 12, dict(acc64=True), 128, 120), (327_680, 6, {}, 32, 24),
              (3_000_000, 16, dict(acc64=True, eight_byte=True), 368, 360),
              (131_075, 6, dict(four_byte=True), 8, 8), (200_000, 6, {}, 16, 16),
-             (1_000_008, 12, dict(acc64=True, eight_byte=True), 120, 120),
-             (327_688, 6, dict(four_byte=True), 24, 24),
-             (1_000_003, 12, dict(acc64=True), 120, 120)]  # fmt: skip
+             (1_000_008, 12, dict(acc64=True, eight_byte=True), 128, 120),
+             (327_688, 6, dict(four_byte=True), 32, 24),
+             (1_000_003, 12, dict(acc64=True), 128, 120)]  # fmt: skip
     for T, N, kw, forward, backward in cases:
         for kind in (kernels.TRACES, kernels.SCAN):
             plan = tb._plan(kind.value, T, N, True, H200, reverse=False, **kw)
             assert (plan.segs > 1, plan.chunk) == (True, forward), (kind, T, N)
             assert plan.n_chunks == -(-T // (forward * plan.segs)) * plan.segs, (kind, T, N)
+            assert tb._tail_programs(plan, T, False) == (T % 16 != 0), (kind, T, N)
         for kind in (kernels.SCAN, kernels.DISCOUNTED):
             plan = tb._plan(kind.value, T, N, True, H200, **kw)
             assert (plan.segs > 1, plan.chunk) == (True, backward), (kind, T, N)
+            assert not tb._tail_programs(plan, T, True), (kind, T, N)
     # 8 x 16 tiles of 17-255 sequences from T = 16384 (sweep 39, sets S and T), at any T (not
     # timed where T is not a multiple of 16)
     for T, N, forward, backward in ((200_000, 100, 176, 168), (1_000_000, 17, 256, 248),
@@ -164,6 +167,7 @@ def test_forward_chunks_in_pairs_of_tiles(h200):
             plan = tb._plan(kind.value, T, N, True, H200, reverse=reverse, four_byte=True)
             assert (plan[:2], plan.segs) == ((8, 16), 1), (kind, T, N)
             assert plan.chunk == (backward if reverse else forward), (kind, T, N)
+            assert not tb._tail_programs(plan, T, reverse), (kind, T, N)  # (1.17x, set X)
 
 
 def test_lambda_prefetches_only_in_whole_columns(h200):

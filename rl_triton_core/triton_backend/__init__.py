@@ -473,8 +473,11 @@ def _plan(
                 # stall an instruction at T = 1000000 in chunks of 120 against 128; float64
                 # traces 307 us at [1000008, 12] in chunks of 128 against 135 at [1000000, 12];
                 # the 8 plans left unrounded took 0.89-0.96x the time of rounded ones at T of
-                # 327688, 1000003 and 1000008).
-                paired = not reverse and T % 16 == 0
+                # 327688, 1000003 and 1000008). Where T is not, T_TAIL (_tail_programs) gives
+                # the fast code back to all programs but the last: rounded, float64 traces and
+                # the forward scan at [1000008, 12] took 0.82-0.83x the time of unrounded
+                # chunks without T_TAIL (sweep 41, set X).
+                paired = not reverse
         elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
         elif time_major and N < 1024:  # (16 < N < 256 below T = 512; to N = 1024 below 256,
@@ -689,6 +692,21 @@ def _full_tiles(plan: Plan, T: int, N: int, reverse: bool) -> bool:
     )
 
 
+def _tail_programs(plan, T, reverse):
+    """Whether the tile loop is compiled twice (``T_TAIL``, see ``scan_kernel``): masked at T in
+    the programs holding step T - 1 only, so that the others get the code whose loads are
+    issued up front. Only for split scans at T not a multiple of 16 (otherwise Triton knows T
+    is one), and only in the plans where it was measured to win (sweep 41, set X, T of 1048579,
+    1000003 and 1000008 against the same plan without it): one-column tiles (timed at one sequence:
+    0.81-1.00x the time over 9 estimators) and forward chunks side by side (0.95-0.97x in
+    float32; 0.82-0.83x in float64 with the chunks then paired). Left out: backward chunks side
+    by side (float64 discounted returns 1.06x: the second loop spills) and the 8 x 16 tiles
+    (0.91-1.17x: the forward scan 1.17x at [1000003, 100], not understood)."""
+    if plan.n_chunks == 1 or plan.resident or T % 16 == 0:
+        return False
+    return plan.block_n == 1 or (plan.segs > 1 and not reverse)
+
+
 def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs, boot, outs):
     """Strides, plan and compile-time flags (a ``_Launch``) of a call whose tensors need no
     copies; ``acc64``: float64 accumulation (``accumulates_in_float64``)."""
@@ -761,9 +779,7 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         K2_T=k2_t,
         IDX64=_offsets_need_int64(T, N, pairs, b_n),
         FULL=_full_tiles(plan, T, N, reverse),
-        # split, T not a multiple of 16: the tile loop compiled twice, masked at T in the last
-        # programs only (see scan_kernel)
-        T_TAIL=plan.n_chunks > 1 and not plan.resident and T % 16 != 0,
+        T_TAIL=_tail_programs(plan, T, reverse),
         BLOCK_T=plan.block_t,
         BLOCK_N=plan.block_n,
         BY=by,
