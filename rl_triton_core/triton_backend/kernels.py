@@ -798,7 +798,8 @@ def scan_kernel(
         # ptxas then issues a tile's loads up front. T_TAIL (T not a multiple of 16, split):
         # the walk compiled twice, masked at T too in the program that holds step T - 1 only
         # (sweep 40: masked at a T not known as a multiple of 16, ptxas spread the loads among
-        # the arithmetic, up to 2.3x the time).
+        # the arithmetic, up to 2.3x the time). The launcher sets it where it won (sweep 41:
+        # _tail_programs).
         if T_TAIL and (first + SEGS) * CHUNK <= T:
             _walk_chunks(
                 x0, x1, x2, x3, x4, term, trunc, gamma, lmbda, k0, k1, k2, boot_v, out0, out1,
