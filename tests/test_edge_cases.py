@@ -671,15 +671,17 @@ def test_backward_one_column_tiles_by_eights_and_fours(N, by, backend, device):
 
 @pytest.mark.parametrize(
     "T,N,tail",
-    [(100, 2, {"eligibility_traces": True, "discounted_returns": False}),
+    [(500, 2, {"eligibility_traces": True, "discounted_returns": False}),
+     (100, 2, {"eligibility_traces": False, "discounted_returns": False}),
      (96, 2, {"eligibility_traces": False, "discounted_returns": False}),
      (1000, 1, {"eligibility_traces": True, "discounted_returns": True})],
 )  # fmt: skip
 def test_tail_programs_where_measured(T, N, tail, backend, device):
     """Split scans at T not a multiple of 16 compile the tile loop twice (``meta["T_TAIL"]``),
-    masked at T only in the program holding step T - 1: in the interpreter's plans, forward
-    chunks side by side at [100, 2] (not backward ones, nor at T = 96) and one-column tiles at
-    [1000, 1], both ways. Outputs NaN-poisoned, against the oracle."""
+    masked at T only in the programs holding step T - 1: in the interpreter's plans, forward
+    chunks side by side of a multiple of 16 steps at [500, 2] (16; not backward ones, nor the
+    8-step chunks at [100, 2], nor at T = 96) and one-column tiles at [1000, 1], both ways.
+    Outputs NaN-poisoned, against the oracle."""
     if not interpreted(backend):
         pytest.skip("the interpreter's plans (a GPU's: tests/test_gpu_triton.py)")
     g = rng(19)

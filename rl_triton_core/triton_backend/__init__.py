@@ -467,16 +467,16 @@ def _plan(
                 # N = 3 at 655360; 16-bit 0.49-1.02x, float32 0.40-0.99x). One-tile chunks stay
                 # (1.09-1.21x rounded, set Q), as do backward scans' (1.04-1.17x, set Q).
                 # Pipelined 8 x 16 tiles (N of 9-16) were mixed rounded (0.83-1.03x, set S).
-                # Only where T is a multiple of 16: the fast code needs Triton's specialisation
-                # of both T and the chunk as multiples of 16 (sweep 40: otherwise ptxas spreads
+                # Sweep 40 paired them only where T is a multiple of 16: the fast code needs
+                # Triton's specialisation of both T and the chunk as such (otherwise ptxas spreads
                 # a tile's loads among its arithmetic, 12.7 against 2.6 cycles of long-scoreboard
                 # stall an instruction at T = 1000000 in chunks of 120 against 128; float64
                 # traces 307 us at [1000008, 12] in chunks of 128 against 135 at [1000000, 12];
                 # the 8 plans left unrounded took 0.89-0.96x the time of rounded ones at T of
                 # 327688, 1000003 and 1000008). Where T is not, T_TAIL (_tail_programs) gives
-                # the fast code back to all programs but the last: rounded, float64 traces and
-                # the forward scan at [1000008, 12] took 0.82-0.83x the time of unrounded
-                # chunks without T_TAIL (sweep 41, set X).
+                # the fast code back to the programs not holding step T - 1: rounded, float64
+                # traces and the forward scan at [1000008, 12] took 0.82-0.83x the time of
+                # unrounded 120-step chunks without T_TAIL (sweep 41, set X).
                 paired = not reverse
         elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
@@ -692,19 +692,27 @@ def _full_tiles(plan: Plan, T: int, N: int, reverse: bool) -> bool:
     )
 
 
-def _tail_programs(plan, T, reverse):
+def _tail_programs(plan: Plan, T: int, reverse: bool) -> bool:
     """Whether the tile loop is compiled twice (``T_TAIL``, see ``scan_kernel``): masked at T in
-    the programs holding step T - 1 only, so that the others get the code whose loads are
-    issued up front. Only for split scans at T not a multiple of 16 (otherwise Triton knows T
-    is one), and only in the plans where it was measured to win (sweep 41, set X, T of 1048579,
-    1000003 and 1000008 against the same plan without it): one-column tiles (timed at one sequence:
-    0.81-1.00x the time over 9 estimators) and forward chunks side by side (0.95-0.97x in
-    float32; 0.82-0.83x in float64 with the chunks then paired). Left out: backward chunks side
-    by side (float64 discounted returns 1.06x: the second loop spills) and the 8 x 16 tiles
-    (0.91-1.17x: the forward scan 1.17x at [1000003, 100], not understood)."""
+    the programs holding step T - 1 only, so that the others, whose chunks end at multiples of
+    16, get the code whose loads are issued up front. Only for split scans that are not
+    resident (those have no tile loop) at T not a multiple of 16 (otherwise Triton knows T is
+    one), and only in the plan families where it won (sweep 41, set X, T of 1048579, 1000003
+    and 1000008, against b051bb9's plans without it):
+
+    * one-column tiles: timed at one sequence, 0.81-1.00x the time over 9 calls (V-trace
+      1.00x); the batch-major plans of a few sequences take it untimed;
+    * forward chunks side by side of a multiple of 16 steps (timed 8 and 16 side by side):
+      0.95-0.97x in float32, 0.82-0.83x in float64 with the chunks paired (one-tile chunks,
+      8 steps, cannot get the fast code: left out, untimed).
+
+    Left out: backward chunks side by side (float64 discounted returns 1.06x: the second loop
+    spills) and the 8 x 16 tiles (0.91-1.17x: the forward scan 1.17x at [1000003, 100], not
+    understood)."""
     if plan.n_chunks == 1 or plan.resident or T % 16 == 0:
         return False
-    return plan.block_n == 1 or (plan.segs > 1 and not reverse)
+    side_by_side_forward = plan.segs > 1 and not reverse and plan.chunk % 16 == 0
+    return plan.block_n == 1 or side_by_side_forward
 
 
 def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs, boot, outs):
