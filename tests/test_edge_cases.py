@@ -755,6 +755,47 @@ def test_full_tiles_without_masks(fn, backend, device):
             assert_close(lay(x), e, F64, name=f"{fn} output {k} [{T}, {N}], time_dim {time_dim}")
 
 
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_rows_tell_their_alignment(fn, backend, device):
+    """Rows whose length is a multiple of 2, 4 or 8 but not of 16 (which Triton hints itself)
+    say so at compile time where that was timed to pay (``_alignment``): ALIGN_T for
+    batch-major rows of T steps (T = 24, 20, 18; 17 and 32 none; an ``out=`` view of a wider
+    buffer, rows of 28, lowers it), ALIGN_N for time-major rows of N sequences at 8 with float32
+    values only (N = 24; not N = 12, nor float64). The kernel rounds those integers down to the
+    alignment it is given, so a wrong one leaves steps or sequences unwritten: every output
+    NaN-poisoned, against the oracle."""
+    if not interpreted(backend):
+        pytest.skip("the interpreter's plans (a GPU's split differently)")
+    g = rng(29)
+    f32 = torch.float32
+    # (T, N, time_dim, dtype, extra columns of the output rows, ALIGN_T, ALIGN_N)
+    cases = [(24, 3, 1, f32, 0, 8, 1), (20, 3, 1, f32, 0, 4, 1), (18, 3, 1, F64, 0, 2, 1),
+             (17, 3, 1, f32, 0, 1, 1), (32, 3, 1, f32, 0, 1, 1), (24, 3, 1, f32, 4, 4, 1),
+             (5, 24, 0, f32, 0, 1, 8), (5, 12, 0, f32, 0, 1, 1), (5, 24, 0, F64, 0, 1, 1)]  # fmt: skip
+    for T, N, time_dim, dtype, extra, align_t, align_n in cases:
+        inp = long_inputs(fn, T, N, g)
+        inp = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+               for k, v in inp.items()}  # fmt: skip
+        ref = as_tuple(call(fn, {k: v.double() if isinstance(v, torch.Tensor) and
+                                 v.is_floating_point() else v for k, v in inp.items()},
+                            backend="reference"))  # fmt: skip
+        lay = (lambda t: t.T.contiguous() if t.dim() == 2 else t) if time_dim else (lambda t: t)
+        d = {k: (lay(v).to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+        wide = (N, T + extra) if time_dim else (T, N + extra)
+        outs = tuple(
+            torch.full(wide, math.nan, dtype=dtype, device=device)[: wide[0], : wide[1] - extra]
+            for _ in ref
+        )
+        got, launch = described_launch(
+            call, fn, d, backend=backend, time_dim=time_dim, out=outs if len(outs) > 1 else outs[0]
+        )
+        case = (T, N, time_dim, dtype, extra, launch.plan)
+        assert (launch.meta["ALIGN_T"], launch.meta["ALIGN_N"]) == (align_t, align_n), case
+        for k, (x, e) in enumerate(zip(as_tuple(got), ref, strict=True)):
+            assert x is outs[k]
+            assert_close(lay(x), e, dtype, name=f"{fn} output {k} {case}")
+
+
 def test_retrace_every_dtype_without_masks(backend, device):
     """Retrace loads and stores without masks where its tiles fit, in tiles that neither
     pipeline nor prefetch too (the interpreter's here), whatever the dtype: bfloat16 kept its

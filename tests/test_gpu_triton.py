@@ -404,6 +404,38 @@ def test_tail_programs_of_one_sequence_every_estimator(T):
 
 
 @pytest.mark.parametrize(
+    "T,N,time_dim,dtype,align",
+    [
+        (1000, 256, 1, torch.float32, (8, 1)),
+        (1004, 256, 1, torch.bfloat16, (4, 1)),
+        (131_074, 16, 1, torch.float32, (2, 1)),
+        (260, 32_776, 0, torch.float32, (1, 8)),
+        (260, 32_776, 0, torch.bfloat16, (1, 1)),
+        (260, 32_772, 0, torch.float32, (1, 1)),
+    ],
+)
+def test_rows_tell_their_alignment_every_estimator(T, N, time_dim, dtype, align):
+    """Rows of a multiple of 2, 4 or 8 elements, not of 16, in the GPU's plans (sweep 42,
+    ``_alignment``): batch-major rows of T steps tell any (unsplit, and split in 1024 x 1 tiles
+    at T = 131074), time-major rows of N sequences only 8 in float32 (8 x 32 pipelined tiles).
+    The kernel rounds the integers down to what it is told: NaN-poisoned outputs, every
+    estimator against float64."""
+    import rl_triton_core.triton_backend as tb
+
+    forget_launches()
+    gen = torch.Generator(device=CUDA).manual_seed(T + N)
+    shape = (N, T) if time_dim else (T, N)
+    d = _inputs(shape, time_dim, dtype, gen)
+    out_like = torch.full(shape, float("nan"), dtype=dtype, device=CUDA)
+    got = _run_all(d, time_dim, "triton", out_like=out_like)
+    _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"aligned rows {shape}")
+    launches = list(tb._LAUNCHES.values())
+    assert len(launches) >= 7
+    for launch in launches:
+        assert (launch.meta["ALIGN_T"], launch.meta["ALIGN_N"]) == align, launch
+
+
+@pytest.mark.parametrize(
     "T,N,dtype",
     [
         (16, 65_544, torch.float64),

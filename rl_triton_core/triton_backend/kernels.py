@@ -616,12 +616,22 @@ def _grid_barrier(counter, n_programs):
         tl.debug_barrier()
 
 
+@triton.jit
+def _aligned(x, ALIGN: tl.constexpr):
+    """``x``, which the launcher found a multiple of ALIGN, as the compiler can tell it is."""
+    if ALIGN > 1:
+        return x // ALIGN * ALIGN
+    return x
+
+
 # T, N and CHUNK are specialised like every integer argument (equal to 1, multiple of 16): with
 # N (the row stride) a known multiple of 16, the masks are constant over a thread's contiguous
 # elements and loads/stores vectorise (16 bytes a thread instead of 4); on an H200 device time
 # went to 0.39-1.02x of before over 7 estimators x 8 shapes x 2 layouts (sweep 8 in
 # benchmarks/results/sweep_tiles_h200.txt). The cost is at most a few compiled variants per
-# launch shape.
+# launch shape. Rows whose length is a multiple of 2, 4 or 8 only get it from ALIGN_T (T, CHUNK
+# and the sequence strides: batch-major rows) and ALIGN_N (N and the time strides: time-major
+# rows), set by the launcher (_alignment).
 @triton.jit
 def scan_kernel(
     x0,
@@ -686,6 +696,8 @@ def scan_kernel(
     GROUP: tl.constexpr,
     PREFETCH: tl.constexpr,
     STAGES: tl.constexpr,
+    ALIGN_T: tl.constexpr,
+    ALIGN_N: tl.constexpr,
 ):
     """Grid ``(cdiv(N, COLS), n_chunks / SEGS)`` (``(cdiv(N, COLS), n_groups)`` for the
     GROUP_PASS between the totals and the scan launches: :func:`_group_prefixes`). Each loop
@@ -698,6 +710,12 @@ def scan_kernel(
     sequences side by side, lane ``seg * COLS + column`` of its tiles in chunk ``seg``, so that
     a tile is BLOCK_N lanes wide and each thread holds whole columns of it (the scan along
     time stays in registers); the chunks' carries come from their totals (``_chunk_carries``)."""
+    T, CHUNK = _aligned(T, ALIGN_T), _aligned(CHUNK, ALIGN_T)
+    s_n, f_n, k_n = _aligned(s_n, ALIGN_T), _aligned(f_n, ALIGN_T), _aligned(k_n, ALIGN_T)
+    o0_n, o1_n = _aligned(o0_n, ALIGN_T), _aligned(o1_n, ALIGN_T)
+    N = _aligned(N, ALIGN_N)
+    s_t, f_t, k_t = _aligned(s_t, ALIGN_N), _aligned(f_t, ALIGN_N), _aligned(k_t, ALIGN_N)
+    o0_t, o1_t = _aligned(o0_t, ALIGN_N), _aligned(o1_t, ALIGN_N)
     pid_n = tl.program_id(0)
     COLS: tl.constexpr = BLOCK_N // SEGS  # sequences per program (SEGS chunks side by side)
     col = pid_n * COLS + tl.arange(0, COLS)
