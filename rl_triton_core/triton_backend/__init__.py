@@ -730,7 +730,11 @@ def _alignment(values) -> int:
     * time-major [1024, N], rows of N = 65528 (8): 1.23-1.82x, 1.05-1.35x. At 65524 (4) and
       65522 (2) 0.65-1.24x the time of before (GAE 1.24x, V-trace 1.13x, eligibility traces
       1.15x at 4), bfloat16 at 8 0.94-1.03x: taken at 8 with 4-byte values only (rows of 32
-      bytes; why rows of 16 lose is not understood: the SASS at 4 and 8 is the same)."""
+      bytes; why rows of 16 lose is not understood: the SASS at 4 and 8 is the same).
+    * few long sequences: batch-major [16, 131080] 0.57-0.83x the time of before, one sequence
+      at T = 1048584 0.98-1.02x (V-trace 0.74x); time-major rows of 8 and 24 sequences at T of
+      128-131072 0.46-1.02x, but up to 1.17x at [128, 24] and TD(lambda) 1.15x at [2048, 8]
+      (at most 2.4 us)."""
     if any(v == 1 for v in values) or all(v % 16 == 0 for v in values):
         return 1
     return next((a for a in (8, 4, 2) if all(v % a == 0 for v in values)), 1)
