@@ -416,9 +416,10 @@ def test_tail_programs_of_one_sequence_every_estimator(T):
 )
 def test_rows_tell_their_alignment_every_estimator(T, N, time_dim, dtype, align):
     """Rows of a multiple of 2, 4 or 8 elements, not of 16, in the GPU's plans (sweep 42,
-    ``_alignment``): batch-major rows of T steps tell any (unsplit, and split in 1024 x 1 tiles
-    at T = 131074), time-major rows of N sequences only 8 in float32 (8 x 32 pipelined tiles).
-    The kernel rounds the integers down to what it is told: NaN-poisoned outputs, every
+    ``_alignment``): batch-major rows of T steps tell any (unsplit at T of 1000-1004; split at
+    [16, 131074]: 257 chunks of 256 x 1 tiles, V-trace's 128 x 1, the forward scans' 33 of
+    1024 x 1), time-major rows of N sequences only 8 in float32 (8 x 32 tiles, V-trace's
+    4 x 32). The kernel rounds the integers down to what it is told: NaN-poisoned outputs, every
     estimator against float64."""
     import rl_triton_core.triton_backend as tb
 

@@ -718,24 +718,28 @@ def _tail_programs(plan: Plan, T: int, reverse: bool) -> bool:
 def _alignment(values) -> int:
     """What the kernel may be told of ``values`` (see ``scan_kernel``'s ALIGN_T and ALIGN_N):
     the largest power of two up to 8 dividing them all, where Triton's own hint (multiples of
-    16) does not already cover them all; 1 where one of them is 1 (Triton passes it as the
-    constant 1, and a unit stride is the axis along the rows, not across them).
+    16) does not already cover them all; else 1 (a unit stride, the axis along the rows, makes
+    it 1).
 
     Sweep 42 (graph replay, L2 flushed, against the same kernel told nothing), float32 time per
     element against rows of 1024 or 65536:
 
-    * batch-major [65536, T], rows of T = 1016 and 1000 (8), 1004 (4), 1002 (2): every
-      estimator 1.13-1.86x before, 1.02-1.08x at 8, 1.05-1.15x at 4, 1.11-1.42x at 2 (linear
-      scan 1.02x either way); bfloat16 GAE and V-trace 1.54-1.98x, 1.03-1.18x. Taken.
-    * time-major [1024, N], rows of N = 65528 (8): 1.23-1.82x, 1.05-1.35x. At 65524 (4) and
-      65522 (2) 0.65-1.24x the time of before (GAE 1.24x, V-trace 1.13x, eligibility traces
-      1.15x at 4), bfloat16 at 8 0.94-1.03x: taken at 8 with 4-byte values only (rows of 32
-      bytes; why rows of 16 lose is not understood: the SASS at 4 and 8 is the same).
+    * batch-major [65536, T], rows of T = 1016 and 1000 (8): every estimator 1.13-1.81x before,
+      1.02-1.08x (linear scan 1.02x either way); bfloat16 GAE and V-trace 1.54-1.98x before,
+      1.03-1.18x at 8 and 4. Rows of 1004 (4) and 1002 (2), timed for GAE, V-trace, discounted
+      returns and eligibility traces: 1.18-1.86x before, 1.05-1.15x at 4, 1.11-1.42x at 2.
+      Taken at any of 8, 4, 2, float64 included (untimed there).
+    * time-major [1024, N], rows of N = 65528 (8): 1.23-1.82x before, 1.05-1.35x. At 65524 (4)
+      and 65522 (2) 0.65-1.25x the time of before (at 4: GAE 1.24-1.25x, V-trace 1.13-1.16x,
+      eligibility traces 1.14-1.15x), bfloat16 at 8 0.94-1.03x: taken at 8 only, with 4-byte
+      values accumulated in float32 (rows of 32 bytes; a float32 call accumulating in float64
+      gets 1; why rows of 16 bytes lose is not understood: the SASS at 4 and 8 is the same).
     * few long sequences: batch-major [16, 131080] 0.57-0.83x the time of before, one sequence
-      at T = 1048584 0.98-1.02x (V-trace 0.74x); time-major rows of 8 and 24 sequences at T of
-      128-131072 0.46-1.02x, but up to 1.17x at [128, 24] and TD(lambda) 1.15x at [2048, 8]
-      (at most 2.4 us)."""
-    if any(v == 1 for v in values) or all(v % 16 == 0 for v in values):
+      at T = 1048584 0.99-1.01x (V-trace 0.74x); time-major rows of 8 and 24 sequences at T of
+      128-131072 0.46-1.02x, but at [128, 24] GAE and discounted returns 1.09x, traces 1.08x,
+      episodic sums 1.05x, the scan 1.17x, and TD(lambda) 1.15x at [2048, 8] (at most 2.4
+      us)."""
+    if all(v % 16 == 0 for v in values):
         return 1
     return next((a for a in (8, 4, 2) if all(v % a == 0 for v in values)), 1)
 
@@ -828,8 +832,8 @@ def _describe(kind, trace, reverse, has_next, has_values, acc64, x, flags, coefs
         GROUP=1 if plan.resident else _group_size(plan, fold),
         PREFETCH=plan.prefetch,
         STAGES=plan.stages,
-        ALIGN_T=_alignment((T, plan.chunk, s_n, f_n, k_n, o0_n, o1_n)),
-        ALIGN_N=8 if four_byte and _alignment((N, s_t, f_t, k_t, o0_t, o1_t)) == 8 else 1,
+        ALIGN_T=_alignment((T, plan.chunk, *(n for _, n in pairs))),
+        ALIGN_N=8 if four_byte and _alignment((N, *(t for t, _ in pairs))) == 8 else 1,
         num_warps=plan.num_warps,
         **({"launch_cooperative_grid": True} if plan.resident else {}),
     )
