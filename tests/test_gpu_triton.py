@@ -272,16 +272,21 @@ def _launches_against_float64(T, N, dtype, label):
     return [(L.meta["KIND"], L.meta["REVERSE"], L) for L in tb._LAUNCHES.values()]
 
 
-def test_wide_float32_tiles_every_estimator():
-    """Time-major float32 from [256, 65536]: GAE in 4 x 32 tiles, V-trace in 4 x 64 (the
-    other estimators as below T = 256: see SHAPES); masked columns, a partial last tile."""
-    import rl_triton_core.triton_backend as tb
+@pytest.mark.parametrize("N", [49_160, 57_352, 65_552])
+def test_wide_float32_tiles_every_estimator(N):
+    """Time-major float32 from T = 256: Retrace in 4 x 64 tiles from N = 49152, GAE from
+    57344 (sweep 43), V-trace from 65536 (the other estimators as below T = 256: see SHAPES);
+    masked columns (at N = 49160 and 57352 rows of a multiple of 8, told so), a partial last
+    tile."""
     from rl_triton_core.triton_backend import kernels
 
-    T, N = 260, 65_552
-    assert tb._plan(kernels.GAE.value, T, N, True, CUDA, four_byte=True)[:2] == (4, 32)
-    assert tb._plan(kernels.VTRACE.value, T, N, True, CUDA, four_byte=True)[:2] == (4, 64)
-    _time_major_against_float64(T, N, torch.float32, "wide float32 tiles")
+    first = {kernels.RETRACE.value: 49_152, kernels.GAE.value: 57_344, kernels.VTRACE.value: 65_536}
+    launches = _launches_against_float64(260, N, torch.float32, f"wide float32 tiles N = {N}")
+    assert {kind for kind, _, _ in launches} >= set(first)
+    for kind, _, launch in launches:
+        if kind in first:
+            assert (launch.plan[:2] == (4, 64)) == (N >= first[kind]), (kind, N, launch.plan)
+        assert launch.meta["ALIGN_N"] == (8 if N % 16 else 1), (kind, N)
 
 
 @pytest.mark.parametrize("T,N", [(260, 32_784), (40, 131_088)])
@@ -343,11 +348,11 @@ def test_unaligned_few_long_sequences_every_estimator(T, N, dtype):
     launches = _launches_against_float64(T, N, dtype, f"unaligned few long {dtype}")
     pipelined = {kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value,
                  kernels.RETRACE.value}  # fmt: skip
-    launches = [(kind, reverse, launch.plan) for kind, reverse, launch in launches
-                if kind in pipelined]  # fmt: skip
-    for kind, _, plan in launches:
+    plans = [(kind, reverse, launch.plan) for kind, reverse, launch in launches
+             if kind in pipelined]  # fmt: skip
+    for kind, _, plan in plans:
         assert (plan[:2], plan.segs, plan.stages) == ((8, 16), 1, 3), (kind, plan)
-    seen = {(kind, reverse) for kind, reverse, _ in launches}
+    seen = {(kind, reverse) for kind, reverse, _ in plans}
     assert seen == {(kernels.DISCOUNTED.value, True), (kernels.TRACES.value, False),
                     (kernels.SCAN.value, True), (kernels.SCAN.value, False),
                     (kernels.RETRACE.value, True)}, seen  # fmt: skip
@@ -380,12 +385,12 @@ def test_forward_chunks_in_pairs_every_estimator(T, N, dtype, tile, segs, forwar
         side_by_side_forward = plan.segs > 1 and not reverse and plan.chunk % 16 == 0
         assert launch.meta["T_TAIL"] == (side_by_side_forward and T % 16 != 0), (kind, launch)
     checked = {kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value}
-    launches = [(kind, reverse, launch.plan) for kind, reverse, launch in launches
-                if kind in checked]  # fmt: skip
-    for kind, reverse, plan in launches:
+    plans = [(kind, reverse, launch.plan) for kind, reverse, launch in launches
+             if kind in checked]  # fmt: skip
+    for kind, reverse, plan in plans:
         assert (plan[:2], plan.segs) == (tile, segs), plan
         assert plan.chunk == (backward if reverse else forward), (kind, reverse, plan)
-    seen = {(kind, reverse) for kind, reverse, _ in launches}
+    seen = {(kind, reverse) for kind, reverse, _ in plans}
     assert seen == {(kernels.DISCOUNTED.value, True), (kernels.TRACES.value, False),
                     (kernels.SCAN.value, True), (kernels.SCAN.value, False)}, seen  # fmt: skip
 

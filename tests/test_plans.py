@@ -72,6 +72,23 @@ def test_retrace_and_wide_tiles_from_65536_sequences(h200):
     assert tb._plan(vtrace, 1024, 65_536, True, H200, four_byte=True)[:2] == (4, 64)
 
 
+def test_float32_gae_and_retrace_in_4x64_tiles_below_65536_sequences(h200):
+    """Time-major float32 from T = 256 (sweep 43): GAE in 4 x 64 tiles from N = 57344 (on to
+    131072, where every estimator but V-trace takes them), Retrace from 49152; below those N,
+    below T = 256 and in 16-bit values the tiles of before (V-trace's unchanged)."""
+    gae, retrace, vtrace = kernels.GAE.value, kernels.RETRACE.value, kernels.VTRACE.value
+    f32, bf16 = True, False  # (four_byte)
+    cases = [(gae, 256, 57_344, f32, (4, 64)), (gae, 1024, 98_304, f32, (4, 64)),
+             (gae, 1024, 57_336, f32, (8, 32)), (gae, 255, 65_528, f32, (8, 32)),
+             (gae, 256, 65_528, bf16, (8, 32)), (retrace, 256, 49_152, f32, (4, 64)),
+             (retrace, 1024, 65_528, f32, (4, 64)), (retrace, 1024, 49_144, f32, (8, 32)),
+             (retrace, 255, 65_528, f32, (8, 32)), (retrace, 256, 65_528, bf16, (8, 32)),
+             (vtrace, 1024, 65_528, f32, (4, 32)), (vtrace, 1024, 65_536, f32, (4, 64))]  # fmt: skip
+    for kind, T, N, four_byte, tile in cases:
+        plan = tb._plan(kind, T, N, True, H200, four_byte=four_byte)
+        assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, 3), (kind, T, N, four_byte)
+
+
 def test_retrace_prefetches_unmasked_below_32_steps(h200):
     """Retrace's unpipelined 4 x 32 tiles (T < 32 from N = 16384) prefetch where they are whole,
     except in float64 (sweep 35: 1.07-1.13x the time), and every unsplit tile that fits runs

@@ -340,11 +340,11 @@ def _plan(
             # (sweep 26: 0.71-0.99x the time of the plans below at [32 .. 1024, 65536] and
             # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.13x, and
             # Retrace 1.03-1.09x in 8 x 32 tiles then: not taken).
-            # From [256, 65536] in float32, GAE in 4 x 32 tiles and V-trace in 4 x 64 (sweep
-            # 27: 0.94-0.98x and 0.98-0.99x the time at T of 256-1024, V-trace 0.98x in three
-            # harness rounds at [1024, 65536] against one outlier at 1.08x; 1.00-1.01x at T =
-            # 64; 1.15x and 1.47x at [128, 16384]; in bfloat16 1.08x and 1.19x; the other
-            # estimators 1.02-1.19x in 4 x 32 tiles).
+            # From [256, 65536] in float32, GAE in 4 x 32 tiles (4 x 64 since sweep 43, below) and
+            # V-trace in 4 x 64 (sweep 27: 0.94-0.98x and 0.98-0.99x the time at T of 256-1024,
+            # V-trace 0.98x in three harness rounds at [1024, 65536] against one outlier at 1.08x;
+            # 1.00-1.01x at T = 64; 1.15x and 1.47x at [128, 16384]; in bfloat16 1.08x and 1.19x;
+            # the other estimators 1.02-1.19x in 4 x 32 tiles).
             # Sweep 34 (float32 and bfloat16, against the plans before):
             # * from N = 32768 at T >= 256 too (below T = 256 these shapes ran these tiles
             #   already), in 8 x 32 tiles (V-trace 4 x 32), not the 4 x 32 or 4 x 64 that
@@ -368,15 +368,22 @@ def _plan(
             # * from N = 20480 at T >= 256 (8 x 16 tiles in 4 stages before) in 8 x 32 tiles:
             #   0.61-0.99x at N of 20480-28672 (at N = 16384 bfloat16 took 1.09-1.17x).
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
+            # Sweep 43 (float32, T of 256 and 1024, N of 32768-65536, against 8 x 32): 4 x 64
+            # tiles from N = 57344 for GAE (0.96x and 1.00x the time there, 0.82x and 0.94x at
+            # 65528, 1.06-1.24x below 57344; at 65536 0.99-1.00x its 4 x 32 tiles of before)
+            # and from 49152 for Retrace (0.92-0.98x, 0.79-0.89x at 65528; 1.05x at 32768); the
+            # new rule against the plans before at T of 256-2048: GAE 0.80-1.01x, Retrace
+            # 0.77-1.00x. V-trace's unchanged (4 x 64 at N = 65528: 0.88x at T = 1024, 1.07x at
+            # T = 256).
             if retrace and N >= 65536:
                 block_t, block_n = 4, 64 if T >= 256 else 32
             if N >= 131072:
                 block_t, block_n = 4, 32 if vtrace else 64
-            elif four_byte and N >= 65536 and T >= 256:
-                if vtrace:
+            elif four_byte and T >= 256:
+                if vtrace and N >= 65536:
                     block_n = 64
-                elif kind == kernels.GAE.value:
-                    block_t = 4
+                elif (kind == kernels.GAE.value and N >= 57344) or (retrace and N >= 49152):
+                    block_t, block_n = 4, 64
         elif wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
             # a warp per 128 columns, each thread holding 8 rows of 4 (sweep 22), no split
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
