@@ -289,6 +289,26 @@ def test_wide_float32_tiles_every_estimator(N):
         assert launch.meta["ALIGN_N"] == (8 if N % 16 else 1), (kind, N)
 
 
+@pytest.mark.parametrize(
+    "T,N,dtype",
+    [(128, 4096, torch.float32), (40, 3000, torch.float32), (512, 12_296, torch.float32),
+     (200, 1032, torch.float32), (256, 8192, torch.bfloat16), (33, 2048, torch.float16)],
+)  # fmt: skip
+def test_ppo_sized_rollouts_every_estimator(T, N, dtype):
+    """Time-major 1024 <= N < 16384 (a multiple of 8) at 32 < T <= 512 (16-bit to 256): one
+    unsplit one-warp launch per call, 16 x 8 tiles in 4 stages from N = 4096, 64 x 4 in 3
+    below (sweep 44): partial last tiles (T of 40, 200 and 33), columns of a multiple of 8
+    only (N = 3000, 12296 and 1032, told so)."""
+    launches = _launches_against_float64(T, N, dtype, f"PPO-sized rollouts {dtype}")
+    tile, stages = ((16, 8), 4) if N >= 4096 else ((64, 4), 3)
+    assert len(launches) >= 8
+    for kind, _, launch in launches:
+        got = (launch.plan[:2], launch.plan.n_chunks, launch.plan.num_warps, launch.plan.stages)
+        assert got == (tile, 1, 1, stages), (kind, launch.plan)
+        if dtype == torch.float32:
+            assert launch.meta["ALIGN_N"] == (8 if N % 16 else 1), (kind, N)
+
+
 @pytest.mark.parametrize("T,N", [(260, 32_784), (40, 131_088)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_pipelined_wide_tiles_every_estimator(T, N, dtype):

@@ -89,6 +89,35 @@ def test_float32_gae_and_retrace_in_4x64_tiles_below_65536_sequences(h200):
         assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, 3), (kind, T, N, four_byte)
 
 
+def test_ppo_sized_rollouts_in_narrow_pipelined_tiles(h200):
+    """Time-major 1024 <= N < 16384 (a multiple of 8) at 32 < T <= 512 (16-bit values: 256),
+    every estimator (sweep 44): unsplit one-warp 16 x 8 tiles in 4 stages from N = 4096, 64 x 4
+    in 3 below; outside those bounds, in float64 arithmetic and in 16-bit rows of unknown
+    alignment, the plans of before."""
+    f32, bf16 = True, False  # (four_byte)
+    cases = [(128, 4096, f32, (16, 8), 4), (512, 16_376, f32, (16, 8), 4),
+             (33, 4096, f32, (16, 8), 4), (256, 8192, bf16, (16, 8), 4),
+             (128, 1024, f32, (64, 4), 3), (512, 4088, f32, (64, 4), 3),
+             (256, 3000, bf16, (64, 4), 3)]  # fmt: skip
+    before = [(32, 4096, f32), (513, 4096, f32), (257, 4096, bf16), (128, 1016, f32),
+              (128, 16_384, f32), (128, 4095, f32), (128, 4092, f32)]  # fmt: skip
+    for kind in kernels.GAE, kernels.VTRACE, kernels.RETRACE, kernels.TRACES, kernels.SCAN:
+        for reverse in (True, False):
+            for T, N, four_byte, tile, stages in cases:
+                plan = tb._plan(kind.value, T, N, True, H200, reverse=reverse, four_byte=four_byte)
+                want = (*tile, 1, 1, stages, False)
+                got = (plan.block_t, plan.block_n, plan.n_chunks, plan.num_warps, plan.stages,
+                       plan.prefetch)  # fmt: skip
+                assert got == want, (kind, T, N, four_byte)
+            for T, N, four_byte in before:
+                plan = tb._plan(kind.value, T, N, True, H200, reverse=reverse, four_byte=four_byte)
+                assert plan.block_n not in (4, 8) or plan.stages == 1, (kind, T, N, four_byte)
+            for kw in dict(acc64=True), dict(aligned=False), dict(eight_byte=True, acc64=True):
+                plan = tb._plan(kind.value, 128, 4096, True, H200, reverse=reverse, **kw)
+                assert plan[:2] != (16, 8), (kind, kw)
+    assert tb._plan(kernels.GAE.value, 128, 4096, False, H200)[:2] != (16, 8)  # batch-major
+
+
 def test_retrace_prefetches_unmasked_below_32_steps(h200):
     """Retrace's unpipelined 4 x 32 tiles (T < 32 from N = 16384) prefetch where they are whole,
     except in float64 (sweep 35: 1.07-1.13x the time), and every unsplit tile that fits runs
