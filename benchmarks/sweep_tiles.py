@@ -59,6 +59,20 @@ def parse_candidate(text: str) -> tuple:
     return (*map(int, sizes.split("x")), *named)
 
 
+def fixed_plan(cand: tuple):
+    """A ``_plan`` returning candidate ``cand`` (:func:`parse_candidate`) whatever the call."""
+    bt, bn, unroll, warps, split, *fields = cand
+
+    def plan(kind, T, N, time_major, device, **_):
+        extra = dict(fields)
+        step, segs = bt * unroll, extra.get("segs", 1)
+        chunk = triton.cdiv(triton.cdiv(T, split * segs), step) * step
+        n_chunks = triton.cdiv(T, chunk * segs) * segs
+        return triton_backend.Plan(bt, bn, unroll, chunk, n_chunks, warps, **extra)
+
+    return plan
+
+
 def graph_us(call, flush, us_flush: float) -> float:
     """CUDA-graph replay of ``call`` with L2 flushed before each (``flush.zero_()``), minus the
     flush (``us_flush``), in us: a do_bench median."""
@@ -160,17 +174,7 @@ def main():
             if cand is None:
                 triton_backend._plan = spy
             else:
-                bt, bn, unroll, warps, split, *fields = cand
-
-                def plan(kind, T_, N_, tm, device, bt=bt, bn=bn, unroll=unroll, warps=warps,
-                         split=split, fields=tuple(fields), **_):  # fmt: skip
-                    extra = dict(fields)
-                    step, segs = bt * unroll, extra.get("segs", 1)
-                    chunk = triton.cdiv(triton.cdiv(T_, split * segs), step) * step
-                    n_chunks = triton.cdiv(T_, chunk * segs) * segs
-                    return triton_backend.Plan(bt, bn, unroll, chunk, n_chunks, warps, **extra)
-
-                triton_backend._plan = plan
+                triton_backend._plan = fixed_plan(cand)
             triton_backend._LAUNCHES.clear()
             _replay._PLANS.clear()
             try:

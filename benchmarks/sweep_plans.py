@@ -1,0 +1,126 @@
+"""Developer tool: every estimator at one shape under candidate plans, timed in rounds.
+
+Where ``sweep_tiles.py`` times one estimator a candidate, this times all of them, each
+candidate's CUDA graph recorded first and then replayed in ``--rounds`` rounds taken in turns
+(L2 flushed before each replay; do_bench medians, the flush subtracted), so that slow drifts
+of the GPU hit every candidate alike. Each call is checked against the float64 torch backend
+before it is timed. Candidates: ``default`` (the plans of this checkout, always first), the
+``sweep_tiles.py`` syntax (``16x8x1x1x1:stages=4``), or ``before``: the plans of the commit
+``--before`` names, the launcher and kernels staying this checkout's. Prints, per estimator,
+each candidate's median (min-max over the rounds), its ratio to the default, and its error.
+
+    python benchmarks/sweep_plans.py --shape 128x4096 [--layout tm|bm] [--dtype bfloat16]
+        [--estimators gae vtrace ...] [--rounds 3] [--before REV]
+        [--candidates before 16x8x1x1x1:stages=4 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+import triton.testing
+from baselines import ESTIMATORS, max_rel_err
+from sweep_tiles import estimator_calls, fixed_plan, float64_call, parse_candidate
+
+import rl_triton_core as rtc
+from rl_triton_core import _replay, triton_backend
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def plans_of(rev: str):
+    """``_plan`` of the package at git revision ``rev`` (imported under another name from an
+    archive of it), returning this checkout's ``Plan``."""
+    where = Path(tempfile.mkdtemp(prefix="plans_"))
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "rl_triton_core"],
+                             check=True, capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    (where / "rl_triton_core").rename(where / "rl_triton_core_before")
+    sys.path.insert(0, str(where))
+    before = importlib.import_module("rl_triton_core_before.triton_backend")
+    return lambda *args, **kw: triton_backend.Plan(*before._plan(*args, **kw))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", required=True, help="TxN")
+    ap.add_argument("--layout", default="tm", choices=["tm", "bm"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--estimators", nargs="*", default=ESTIMATORS, choices=ESTIMATORS)
+    ap.add_argument("--candidates", nargs="*", default=[], help="before | BTxBNxUxWxSPLIT[:F=V]")
+    ap.add_argument("--before", default="HEAD", help="the revision of the candidate 'before'")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    T, N = map(int, args.shape.split("x"))
+    batch_major = args.layout == "bm"
+    dev, dtype = torch.device("cuda"), getattr(torch, args.dtype)
+    flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
+    torch.manual_seed(0)
+    shape = (N, T) if batch_major else (T, N)
+    r = torch.randn(shape, device=dev, dtype=dtype)
+    v = torch.randn(shape, device=dev, dtype=dtype)
+    term = torch.rand(shape, device=dev) < 0.05
+    boot = torch.randn(N, device=dev, dtype=dtype)
+    calls = estimator_calls(r, v, term, boot, int(batch_major))
+    own = triton_backend._plan
+    cands = ["default", *args.candidates]
+    plans = {c: own if c == "default" else plans_of(args.before) if c == "before"
+             else fixed_plan(parse_candidate(c)) for c in cands}  # fmt: skip
+    us_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median") * 1e3
+
+    graphs = {}  # (estimator, candidate) -> (graph, error)
+    for est in args.estimators:
+        fn_args, kw = calls[est]
+        want = float64_call(est, fn_args, kw, int(batch_major))
+        call = functools.partial(getattr(rtc, est), *fn_args, **kw, time_dim=int(batch_major),
+                                 backend="triton")  # fmt: skip
+        for cand in cands:
+            triton_backend._plan = plans[cand]
+            triton_backend._LAUNCHES.clear()
+            _replay._PLANS.clear()
+            try:
+                err = max_rel_err(call(), want)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    call()
+                graphs[est, cand] = graph, err
+            except Exception as e:  # a sweep skips plans that do not compile
+                print(f"skip {est} {cand}: {type(e).__name__} {str(e)[:120]}", flush=True)
+        triton_backend._plan = own
+
+    times = {key: [] for key in graphs}
+    for _ in range(args.rounds):
+        for key, (graph, _) in graphs.items():
+
+            def replay(graph=graph):
+                flush.zero_()
+                graph.replay()
+
+            us = triton.testing.do_bench(replay, warmup=3, rep=25, return_mode="median") * 1e3
+            times[key].append(us - us_flush)
+    print(f"[{T}, {N}] {args.layout} {args.dtype}: graph replay (L2 flushed) us, median of "
+          f"{args.rounds} rounds (min-max); x = of default")  # fmt: skip
+    for est in args.estimators:
+        base = statistics.median(times.get((est, "default"), [float("nan")]))
+        cells = []
+        for cand in cands:
+            if (est, cand) not in times:
+                cells.append(f"{cand} -")
+                continue
+            t, err = times[est, cand], graphs[est, cand][1]
+            m = statistics.median(t)
+            cells.append(f"{cand} {m:.1f} ({min(t):.1f}-{max(t):.1f}) {m / base:.2f}x e{err:.0e}")
+        print(f"  {est:18s} " + " | ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
