@@ -7,18 +7,21 @@ of the GPU hit every candidate alike. Each call is checked against the float64 t
 before it is timed. Candidates: ``default`` (the plans of this checkout, always first), the
 ``sweep_tiles.py`` syntax (``16x8x1x1x1:stages=4``), or ``before``: the plans of the commit
 ``--before`` names, the launcher and kernels staying this checkout's. Prints, per estimator,
-each candidate's median (min-max over the rounds), its ratio to the default, and its error.
+each candidate's median (min-max over the rounds), its ratio to the default, and its error;
+for scale, the replay of two plain copies of a ``[T, N]`` input.
 
     python benchmarks/sweep_plans.py --shape 128x4096 [--layout tm|bm] [--dtype bfloat16]
-        [--estimators gae vtrace ...] [--rounds 3] [--before REV]
-        [--candidates before 16x8x1x1x1:stages=4 ...]
+        [--estimators gae vtrace ...] [--rounds 3]
+        [--candidates [before] 16x8x1x1x1:stages=4 ...] [--before REV (with "before")]
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import importlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,25 +44,28 @@ def plans_of(rev: str):
     """``_plan`` of the package at git revision ``rev`` (imported under another name from an
     archive of it), returning this checkout's ``Plan``."""
     where = Path(tempfile.mkdtemp(prefix="plans_"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
     archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "rl_triton_core"],
                              check=True, capture_output=True).stdout  # fmt: skip
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
     (where / "rl_triton_core").rename(where / "rl_triton_core_before")
     sys.path.insert(0, str(where))
     before = importlib.import_module("rl_triton_core_before.triton_backend")
-    return lambda *args, **kw: triton_backend.Plan(*before._plan(*args, **kw))
+    return lambda *args, **kw: triton_backend.Plan(**before._plan(*args, **kw)._asdict())
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", required=True, help="TxN")
     ap.add_argument("--layout", default="tm", choices=["tm", "bm"])
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--estimators", nargs="*", default=ESTIMATORS, choices=ESTIMATORS)
     ap.add_argument("--candidates", nargs="*", default=[], help="before | BTxBNxUxWxSPLIT[:F=V]")
-    ap.add_argument("--before", default="HEAD", help="the revision of the candidate 'before'")
+    ap.add_argument("--before", help="the git revision whose plans the candidate 'before' runs")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if "before" in args.candidates and not args.before:
+        ap.error("the candidate 'before' needs --before REV")
     T, N = map(int, args.shape.split("x"))
     batch_major = args.layout == "bm"
     dev, dtype = torch.device("cuda"), getattr(torch, args.dtype)
@@ -76,6 +82,17 @@ def main():
     plans = {c: own if c == "default" else plans_of(args.before) if c == "before"
              else fixed_plan(parse_candidate(c)) for c in cands}  # fmt: skip
     us_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median") * 1e3
+    copies = [torch.empty_like(r), torch.empty_like(v)]  # for scale: two plain copies
+    copy_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(copy_graph):
+        copies[0].copy_(r)
+        copies[1].copy_(v)
+
+    def replay_copies():
+        flush.zero_()
+        copy_graph.replay()
+
+    us_copies = triton.testing.do_bench(replay_copies, warmup=5, rep=40, return_mode="median")
 
     graphs = {}  # (estimator, candidate) -> (graph, error)
     for est in args.estimators:
@@ -108,7 +125,8 @@ def main():
             us = triton.testing.do_bench(replay, warmup=3, rep=25, return_mode="median") * 1e3
             times[key].append(us - us_flush)
     print(f"[{T}, {N}] {args.layout} {args.dtype}: graph replay (L2 flushed) us, median of "
-          f"{args.rounds} rounds (min-max); x = of default")  # fmt: skip
+          f"{args.rounds} rounds (min-max); x = of default; two copies of a [T, N] tensor "
+          f"{us_copies * 1e3 - us_flush:.1f}")  # fmt: skip
     for est in args.estimators:
         base = statistics.median(times.get((est, "default"), [float("nan")]))
         cells = []

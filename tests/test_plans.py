@@ -93,15 +93,17 @@ def test_ppo_sized_rollouts_in_narrow_pipelined_tiles(h200):
     """Time-major 1024 <= N < 16384 (a multiple of 8) at 32 < T <= 512 (16-bit values: 256),
     every estimator (sweep 44): unsplit one-warp 16 x 8 tiles in 4 stages from N = 4096, 64 x 4
     in 3 below; outside those bounds, in float64 arithmetic and in 16-bit rows of unknown
-    alignment, the plans of before."""
+    alignment (contiguous 16-bit rows of N = 3000: `aligned` is false), the plans of before."""
     f32, bf16 = True, False  # (four_byte)
     cases = [(128, 4096, f32, (16, 8), 4), (512, 16_376, f32, (16, 8), 4),
              (33, 4096, f32, (16, 8), 4), (256, 8192, bf16, (16, 8), 4),
              (128, 1024, f32, (64, 4), 3), (512, 4088, f32, (64, 4), 3),
-             (256, 3000, bf16, (64, 4), 3)]  # fmt: skip
+             (256, 3008, bf16, (64, 4), 3)]  # fmt: skip
     before = [(32, 4096, f32), (513, 4096, f32), (257, 4096, bf16), (128, 1016, f32),
               (128, 16_384, f32), (128, 4095, f32), (128, 4092, f32)]  # fmt: skip
-    for kind in kernels.GAE, kernels.VTRACE, kernels.RETRACE, kernels.TRACES, kernels.SCAN:
+    kinds = (kernels.GAE, kernels.LAMBDA, kernels.DISCOUNTED, kernels.VTRACE, kernels.RETRACE,
+             kernels.TRACES, kernels.SCAN)  # fmt: skip
+    for kind in kinds:
         for reverse in (True, False):
             for T, N, four_byte, tile, stages in cases:
                 plan = tb._plan(kind.value, T, N, True, H200, reverse=reverse, four_byte=four_byte)

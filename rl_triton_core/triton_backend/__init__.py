@@ -441,12 +441,14 @@ def _plan(
             # stages, no split, so that there are N / 8 (from N = 4096: 16 x 8 tiles, 4 stages)
             # or N / 4 programs (64 x 4 tiles, 3 stages). Sweep 44 (graph replay, L2 flushed),
             # against the plans before (64 x 16 or 128 x 16 tiles of 8 warps; from T = 256 the
-            # split 4 x 64 tiles, V-trace and Retrace from 512), every estimator, float32 at 15
-            # shapes of T 40-512 and N 1024-12288: 0.49-0.98x the time ([128, 4096] 0.72-0.89x,
+            # split 4 x 64 tiles, V-trace and Retrace from 512), every estimator (the forward
+            # linear_scan untimed: traces and episodic sums are forward scans), float32 at 15
+            # shapes of T 40-512 and N 1024-12288: 0.49-0.99x the time ([128, 4096] 0.71-0.89x,
             # [256, 1024] 0.49-0.69x), but discounted returns 1.08x at [64, 4096] and Retrace
-            # 1.04x at [48, 4096]; bfloat16 at [64, 8192], [128, 4096] and [256, 1024]
-            # 0.55-0.99x. Not taken: bfloat16 V-trace at [512, 4096] took 1.28x; N not a
-            # multiple of 8 ([128, 4095]: Retrace 1.23x, GAE 1.06x); T = 1024 (mixed, 0.53-1.50x).
+            # 1.03x at [48, 4096]; bfloat16 at [64, 8192], [128, 4096] and [256, 1024]
+            # 0.55-0.99x (contiguous 16-bit rows are `aligned` at N a multiple of 16 only). Not
+            # taken: bfloat16 V-trace at [512, 4096] took 1.28x; N not a multiple of 8
+            # ([128, 4095]: Retrace 1.23x, GAE 1.06x); T = 1024 (mixed, 0.53-1.50x).
             block_t, block_n, unroll, warps, target, stages = 16, 8, 1, 1, 0, 4
             if N < 4096:
                 block_t, block_n, stages = 64, 4, 3
