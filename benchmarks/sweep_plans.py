@@ -29,10 +29,18 @@ import tempfile
 from pathlib import Path
 
 import torch
-import triton
-import triton.testing
 from baselines import ESTIMATORS, max_rel_err
-from sweep_tiles import estimator_calls, fixed_plan, float64_call, parse_candidate
+from sweep_tiles import (
+    estimator_calls,
+    fixed_plan,
+    float64_call,
+    flush_us,
+    graph_us,
+    parse_candidate,
+    random_inputs,
+    record,
+    replay_us,
+)
 
 import rl_triton_core as rtc
 from rl_triton_core import _replay, triton_backend
@@ -72,27 +80,15 @@ def main():
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
     torch.manual_seed(0)
     shape = (N, T) if batch_major else (T, N)
-    r = torch.randn(shape, device=dev, dtype=dtype)
-    v = torch.randn(shape, device=dev, dtype=dtype)
-    term = torch.rand(shape, device=dev) < 0.05
-    boot = torch.randn(N, device=dev, dtype=dtype)
+    r, v, term, boot = random_inputs(shape, N, dtype, dev)
     calls = estimator_calls(r, v, term, boot, int(batch_major))
     own = triton_backend._plan
     cands = ["default", *args.candidates]
     plans = {c: own if c == "default" else plans_of(args.before) if c == "before"
              else fixed_plan(parse_candidate(c)) for c in cands}  # fmt: skip
-    us_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median") * 1e3
+    us_flush = flush_us(flush)
     copies = [torch.empty_like(r), torch.empty_like(v)]  # for scale: two plain copies
-    copy_graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(copy_graph):
-        copies[0].copy_(r)
-        copies[1].copy_(v)
-
-    def replay_copies():
-        flush.zero_()
-        copy_graph.replay()
-
-    us_copies = triton.testing.do_bench(replay_copies, warmup=5, rep=40, return_mode="median")
+    us_copies = graph_us(lambda: (copies[0].copy_(r), copies[1].copy_(v)), flush, us_flush)
 
     graphs = {}  # (estimator, candidate) -> (graph, error)
     for est in args.estimators:
@@ -106,10 +102,7 @@ def main():
             _replay._PLANS.clear()
             try:
                 err = max_rel_err(call(), want)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    call()
-                graphs[est, cand] = graph, err
+                graphs[est, cand] = record(call), err
             except Exception as e:  # a sweep skips plans that do not compile
                 print(f"skip {est} {cand}: {type(e).__name__} {str(e)[:120]}", flush=True)
         triton_backend._plan = own
@@ -117,16 +110,10 @@ def main():
     times = {key: [] for key in graphs}
     for _ in range(args.rounds):
         for key, (graph, _) in graphs.items():
-
-            def replay(graph=graph):
-                flush.zero_()
-                graph.replay()
-
-            us = triton.testing.do_bench(replay, warmup=3, rep=25, return_mode="median") * 1e3
-            times[key].append(us - us_flush)
+            times[key].append(replay_us(graph, flush, us_flush, warmup=3, rep=25))
     print(f"[{T}, {N}] {args.layout} {args.dtype}: graph replay (L2 flushed) us, median of "
           f"{args.rounds} rounds (min-max); x = of default; two copies of a [T, N] tensor "
-          f"{us_copies * 1e3 - us_flush:.1f}")  # fmt: skip
+          f"{us_copies:.1f}")  # fmt: skip
     for est in args.estimators:
         base = statistics.median(times.get((est, "default"), [float("nan")]))
         cells = []

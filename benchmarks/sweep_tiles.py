@@ -73,18 +73,42 @@ def fixed_plan(cand: tuple):
     return plan
 
 
-def graph_us(call, flush, us_flush: float) -> float:
-    """CUDA-graph replay of ``call`` with L2 flushed before each (``flush.zero_()``), minus the
-    flush (``us_flush``), in us: a do_bench median."""
+def random_inputs(shape, N, dtype, device):
+    """Rewards, values (normal), terminated flags (5% of steps) of ``shape`` and a bootstrap
+    value (or initial state) for ``N`` sequences."""
+    r = torch.randn(shape, device=device, dtype=dtype)
+    v = torch.randn(shape, device=device, dtype=dtype)
+    term = torch.rand(shape, device=device) < 0.05
+    return r, v, term, torch.randn(N, device=device, dtype=dtype)
+
+
+def flush_us(flush) -> float:
+    """``flush.zero_()``, the L2 flush before each replay, in us: a do_bench median."""
+    return triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median") * 1e3
+
+
+def record(call) -> torch.cuda.CUDAGraph:
+    """``call`` captured in a CUDA graph."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call()
+    return graph
+
+
+def replay_us(graph, flush, us_flush: float, warmup: int = 5, rep: int = 40) -> float:
+    """Replay of ``graph`` with L2 flushed before each (``flush.zero_()``), minus the flush
+    (``us_flush``: :func:`flush_us`), in us: a do_bench median."""
 
     def replay():
         flush.zero_()
         graph.replay()
 
-    return triton.testing.do_bench(replay, warmup=5, rep=40, return_mode="median") * 1e3 - us_flush
+    return triton.testing.do_bench(replay, warmup, rep, return_mode="median") * 1e3 - us_flush
+
+
+def graph_us(call, flush, us_flush: float) -> float:
+    """CUDA-graph replay of ``call``, L2 flushed (:func:`replay_us`)."""
+    return replay_us(record(call), flush, us_flush)
 
 
 def estimator_calls(r, v, term, boot, time_dim, reverse_scan=True) -> dict[str, tuple[tuple, dict]]:
@@ -146,17 +170,13 @@ def main():
     for (T, N), layout in itertools.product(shapes, args.layouts):
         batch_major = layout == "bm"
         shape = (N, T) if batch_major else (T, N)
-        r = torch.randn(shape, device=dev, dtype=dtype)
-        v = torch.randn(shape, device=dev, dtype=dtype)
-        term = torch.rand(shape, device=dev) < 0.05
-        boot = torch.randn(N, device=dev, dtype=dtype)
+        r, v, term, boot = random_inputs(shape, N, dtype, dev)
         calls = estimator_calls(r, v, term, boot, int(batch_major), reverse_scan)
         fn_args, fn_kw = calls[args.estimator]
         want = float64_call(args.estimator, fn_args, fn_kw, int(batch_major))
         call = functools.partial(getattr(rtc, args.estimator), *fn_args, **fn_kw,
                                  time_dim=int(batch_major), backend="triton")  # fmt: skip
-        us_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median")
-        us_flush *= 1e3
+        us_flush = flush_us(flush)
         default = []  # the plan the code chooses, as its first candidate's call records it
 
         def spy(*plan_args, default=default, **plan_kw):

@@ -22,7 +22,7 @@ import triton
 import triton.testing
 from baselines import max_rel_err
 from launch_overhead import per_call
-from sweep_tiles import estimator_calls, float64_call, graph_us
+from sweep_tiles import estimator_calls, float64_call, flush_us, graph_us
 
 import rl_triton_core as rtc
 from rl_triton_core import _replay
@@ -43,7 +43,7 @@ CASES = [
 def main() -> None:
     dev = torch.device("cuda")
     flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)
-    us_flush = triton.testing.do_bench(flush.zero_, warmup=5, rep=40, return_mode="median") * 1e3
+    us_flush = flush_us(flush)
     real = tb.accumulates_in_float64
     for (T, N), td, ests in CASES:
         shape = (T, N) if td == 0 else (N, T)
