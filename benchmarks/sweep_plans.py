@@ -66,7 +66,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", required=True, help="TxN")
     ap.add_argument("--layout", default="tm", choices=["tm", "bm"])
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"]
+    )
     ap.add_argument("--estimators", nargs="*", default=ESTIMATORS, choices=ESTIMATORS)
     ap.add_argument("--candidates", nargs="*", default=[], help="before | BTxBNxUxWxSPLIT[:F=V]")
     ap.add_argument("--before", help="the git revision whose plans the candidate 'before' runs")

@@ -178,7 +178,14 @@ LAYOUTS = {
 # partial tile of columns), float32
 # traces and the forward scan in a warp per 128 columns of 8-row tiles (a partial tile and a
 # partial warp of columns);
-# batch-major V-trace in (64, 4) tiles at T <= 64 (a program per sequence at T = 70);
+# batch-major (and torchrl) short rows in one-warp tiles of whole sequences, a tile a program
+# (sweep 45): (1, 4096) and (12, 1100) in 16 x 16 (Retrace 16 x 8), (20, 1100) in 32 x 8,
+# (20, 65_544) and (32, 16_392) in 32 x 8 (V-trace 32 x 4), (64, 65_536) in 64 x 4; (70, 65_544)
+# and (100, 16_392): discounted returns, traces and the scans in 128 x 4 tiles of 2 warps, the
+# others a program a sequence; masked steps, and masked sequences at N = 1100, 65544 and
+# 16392; (100, 1000) and (120, 1500) (below N = 4096 past T = 32) a program a sequence;
+# batch-major V-trace in (64, 4) tiles of 4 warps at T <= 64 below N = 16384 and past T = 32,
+# in float64 at any N (a program per sequence at T = 70);
 # batch-major (and torchrl) (4096, 3), (8192, 5), (65_536, 3), (131_072, 16), (16_384, 100),
 # (200_003, 2) and (262_144, 4), and (1_000_000, 1) in the torchrl layout (two sequences):
 # backward scans in one-warp 256-step tiles (V-trace 128) scanned by fours, split in 16-1954
@@ -515,6 +522,28 @@ def test_batch_major_shapes_in_one_tile():
         plan = tb._plan(kind.value, T, N, False, CUDA, reverse=kind != kernels.TRACES)
         assert (plan.block_t, plan.block_n, plan.n_chunks) == (tile, 1, 1), (kind, T, N, plan)
     assert tb._plan(kernels.VTRACE.value, 2048, 1024, False, CUDA).block_n == 4
+
+
+def test_batch_major_short_rows_in_tiles_of_sequences():
+    """The batch-major SHAPES said above to run short rows in tiles of several sequences do,
+    in the tiles said, and the others keep a program a sequence: the large-shape tests reach
+    the rule's kinds and edges on the GPU."""
+    import rl_triton_core.triton_backend as tb
+    from rl_triton_core.triton_backend import kernels
+
+    gae, retrace, vtrace, traces = kernels.GAE, kernels.RETRACE, kernels.VTRACE, kernels.TRACES
+    discounted = kernels.DISCOUNTED
+    cases = [(gae, 1, 4096, (16, 16, 1)), (retrace, 12, 1100, (16, 8, 1)),
+             (gae, 20, 1100, (32, 8, 1)), (vtrace, 20, 65_544, (32, 4, 1)),
+             (retrace, 32, 16_392, (32, 8, 1)), (gae, 64, 65_536, (64, 4, 1)),
+             (traces, 70, 65_544, (128, 4, 2)), (discounted, 100, 16_392, (128, 4, 2))]  # fmt: skip
+    for kind, T, N, tile in cases:
+        plan = tb._plan(kind.value, T, N, False, CUDA, reverse=kind != traces)
+        assert (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks) == (*tile, 1), (
+            kind, T, N, plan)  # fmt: skip
+    for kind, T, N in ((gae, 70, 65_544), (gae, 100, 1000), (gae, 120, 1500)):
+        assert tb._plan(kind.value, T, N, False, CUDA).block_n == 1, (kind, T, N)
+    assert tb._plan(vtrace.value, 20, 1100, False, CUDA)[:2] == (64, 4)
 
 
 def test_batch_major_forward_scan_tiles():

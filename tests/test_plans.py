@@ -354,3 +354,39 @@ def test_float64_calls_told_from_float64_accumulation(plan_seen, dtype, gamma, a
     done = torch.zeros(130, 2, dtype=torch.bool, device=device)
     rtc.gae(r, v, done, bootstrap_value=v[0], gamma=gamma, lmbda=1.0, backend="triton")
     assert [(kwargs["acc64"], kwargs["eight_byte"]) for kwargs in seen] == [(acc64, eight_byte)]
+
+
+def test_short_batch_major_rows_in_tiles_of_whole_sequences(h200):
+    """Batch-major rows of up to 64 steps from N = 1024 (33-64 steps from 4096): one-warp tiles
+    of next_pow2(T) steps, at least 16, and 256 elements (V-trace, and Retrace to 16 steps:
+    128), one tile a program; V-trace to 32 steps from N = 16384 and not in float64. 65-128
+    steps from N = 4096: discounted returns, traces and the scans in 128 x 4 tiles of 2 warps
+    (sweep 45). Elsewhere, and time-major, the plans of before (one sequence a program, or
+    V-trace's 64 x 4 tiles of 4 warps)."""
+    gae, retrace, vtrace = kernels.GAE, kernels.RETRACE, kernels.VTRACE
+    side = (kernels.DISCOUNTED, kernels.TRACES, kernels.SCAN)
+    cases = [(gae, 1, 4096, (16, 16, 1)), (gae, 16, 1024, (16, 16, 1)),
+             (gae, 17, 1024, (32, 8, 1)), (gae, 32, 1024, (32, 8, 1)),
+             (gae, 33, 4096, (64, 4, 1)), (gae, 64, 100_000, (64, 4, 1)),
+             (kernels.LAMBDA, 8, 3000, (16, 16, 1)), (retrace, 16, 16_384, (16, 8, 1)),
+             (retrace, 17, 16_384, (32, 8, 1)), (retrace, 64, 4096, (64, 4, 1)),
+             (vtrace, 1, 16_384, (16, 8, 1)), (vtrace, 32, 65_536, (32, 4, 1)),
+             *((kind, T, 4096, (128, 4, 2)) for kind in side for T in (65, 128)),
+             *((kind, 64, 4096, (64, 4, 1)) for kind in side)]  # fmt: skip
+    for kind, T, N, want in cases:
+        for reverse in (True, False):
+            for eight_byte in (False, True) if kind != vtrace else (False,):
+                plan = tb._plan(kind.value, T, N, False, H200, reverse=reverse,
+                                eight_byte=eight_byte)  # fmt: skip
+                got = (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks)
+                assert got == (*want, 1), (kind, T, N, reverse, eight_byte)
+    before = [(gae, 16, 1023), (gae, 33, 4095), (gae, 65, 65_536), (kernels.LAMBDA, 128, 4096),
+              (retrace, 65, 65_536), (vtrace, 16, 16_383), (vtrace, 33, 65_536),
+              (kernels.DISCOUNTED, 129, 65_536), (kernels.TRACES, 128, 4095),
+              (kernels.SCAN, 65, 4095)]  # fmt: skip
+    for kind, T, N in before:
+        plan = tb._plan(kind.value, T, N, False, H200)
+        assert plan.block_n == 1 or (kind == vtrace and plan[:2] == (64, 4)), (kind, T, N, plan)
+    assert tb._plan(vtrace.value, 16, 16_384, False, H200, eight_byte=True)[:2] == (64, 4)
+    assert tb._plan(gae.value, 16, 65_536, True, H200)[:2] != (16, 16)  # time-major
+

@@ -205,6 +205,38 @@ def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[i
     return None
 
 
+def _short_rows(kind: int, T: int, N: int, eight_byte: bool) -> tuple[int, int, int] | None:
+    """``(block_t, block_n, num_warps)`` where a batch-major call (the caller's branch) of
+    short rows runs tiles of several whole sequences, one tile a program; None elsewhere.
+    Before, each sequence was a program of its own, whose 128-step tile had 112 masked steps
+    at T = 16: the time was that of the number of programs (44-46 us at N = 65536 for any T up
+    to 128, where two copies of a [16, 65536] tensor take 10.8).
+    * Up to T = 64 (V-trace to 32, from N = 16384, not in float64), from N = 1024 (4096 past
+      T = 32): one-warp tiles of next_pow2(T) steps (at least 16) and 256 elements (V-trace,
+      and Retrace to T = 16: 128). Sweep 45 (graph replay, L2 flushed, against the plans
+      before; set AJ): float32 at 16 shapes of T 1-64 and N 4096-100000, 0.17-0.99x the time
+      ([16, 65536] 0.18-0.52x, [64, 4096] 0.75-0.94x); at T of 16-32 and N of 1024-2048
+      0.69-1.02x; bfloat16 and float16 at [16, 65536], [32, 16384] and [64, 4096] 0.18-0.90x;
+      float64 at [32, 16384] 0.56-0.87x, but V-trace 1.08x (not taken). Not taken either:
+      [64, 2048] (0.85-1.12x); V-trace at [16, 4096] (1.07x in 16 x 8 tiles, set AI) and at
+      T = 64 (1.00-1.34x).
+    * 65-128 steps, discounted returns, eligibility traces, episodic sums and the scans (the
+      estimators with the fewest inputs), from N = 4096: 128 x 4 tiles of 2 warps (set AK:
+      0.54-0.81x the time at [96 .. 128, 65536], 0.71-0.93x at [128, 16384], 0.86-1.00x at
+      [128, 4096]; GAE 0.94-1.13x and TD(lambda) 0.90-1.07x in these or 128 x 2 tiles: not
+      taken)."""
+    vtrace = kind == kernels.VTRACE.value
+    if T <= 64 and N >= (1024 if T <= 32 else 4096):
+        if vtrace and (T > 32 or N < 16384 or eight_byte):
+            return None
+        block_t = max(16, triton.next_power_of_2(T))
+        small = vtrace or (kind == kernels.RETRACE.value and T <= 16)
+        return block_t, (128 if small else 256) // block_t, 1
+    if 64 < T <= 128 and N >= 4096 and kind in _SIDE_BY_SIDE:
+        return 128, 4, 2
+    return None
+
+
 # Devices that refused a resident plan's cooperative launch (see _launch): none from then on.
 _NO_RESIDENT: set[torch.device] = set()
 
@@ -524,6 +556,9 @@ def _plan(
             # (1.36x at [128, 16384], sweep 22)
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
+        elif rows := _short_rows(kind, T, N, eight_byte):
+            # batch-major rows of at most 128 steps: tiles of several whole sequences, no split
+            (block_t, block_n, warps), unroll, target = rows, 1, 0
         elif walk := _unsplit_walk(kind, T, N, reverse, sms):
             # batch-major: a program a sequence, in one tile up to T = 2048, else walking tiles
             # (see _unsplit_walk), no split
