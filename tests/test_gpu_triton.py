@@ -185,7 +185,8 @@ LAYOUTS = {
 # others a program a sequence; masked steps, and masked sequences at N = 1100, 65544 and
 # 16392; (100, 1000) and (120, 1500) (below N = 4096 past T = 32) a program a sequence;
 # batch-major V-trace in (64, 4) tiles of 4 warps at T <= 64 below N = 16384 and past T = 32,
-# in float64 at any N (a program per sequence at T = 70);
+# in float64 at any N (a program per sequence at T = 70; at (100, 1000), below 8 x SMs
+# sequences, in one one-warp tile of 128 steps each);
 # batch-major (and torchrl) (4096, 3), (8192, 5), (65_536, 3), (131_072, 16), (16_384, 100),
 # (200_003, 2) and (262_144, 4), and (1_000_000, 1) in the torchrl layout (two sequences):
 # backward scans in one-warp 256-step tiles (V-trace 128) scanned by fours, split in 16-1954
@@ -544,6 +545,9 @@ def test_batch_major_short_rows_in_tiles_of_sequences():
     for kind, T, N in ((gae, 70, 65_544), (gae, 100, 1000), (gae, 120, 1500)):
         assert tb._plan(kind.value, T, N, False, CUDA).block_n == 1, (kind, T, N)
     assert tb._plan(vtrace.value, 20, 1100, False, CUDA)[:2] == (64, 4)
+    if 1000 < 8 * tb._sm_count(CUDA.index or 0):  # V-trace below 8 x SMs sequences, 64 < T
+        plan = tb._plan(vtrace.value, 100, 1000, False, CUDA)  # <= 256: one 1-warp tile each
+        assert (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks) == (128, 1, 1, 1)
 
 
 def test_batch_major_forward_scan_tiles():

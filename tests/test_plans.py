@@ -4,6 +4,7 @@ pick run in tests/test_gpu_triton.py)."""
 
 import pytest
 import torch
+from triton import next_power_of_2 as triton_pow2
 
 import rl_triton_core.triton_backend as tb
 from rl_triton_core.triton_backend import kernels
@@ -390,3 +391,16 @@ def test_short_batch_major_rows_in_tiles_of_whole_sequences(h200):
     assert tb._plan(vtrace.value, 16, 16_384, False, H200, eight_byte=True)[:2] == (64, 4)
     assert tb._plan(gae.value, 16, 65_536, True, H200)[:2] != (16, 16)  # time-major
 
+
+def test_batch_major_vtrace_of_few_sequences_unsplit(h200):
+    """Batch-major V-trace at 64 < T <= 256 with 2 to 8 x SMs - 1 sequences: one one-warp tile
+    of next_pow2(T) steps a sequence, unsplit (sweep 45, set AL); outside, the plans of before
+    (its 64 x 4 tiles of 4 warps, split; a program a sequence from 8 x SMs)."""
+    vtrace = kernels.VTRACE.value
+    for T, N, block_t in ((65, 1024, 128), (128, 2, 128), (129, 1055, 256), (256, 64, 256)):
+        plan = tb._plan(vtrace, T, N, False, H200)
+        assert (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks) == (block_t, 1, 1, 1)
+    for T, N in ((64, 1024), (257, 1024), (256, 1)):
+        assert tb._plan(vtrace, T, N, False, H200)[:3] != (triton_pow2(T), 1, 1), (T, N)
+    assert tb._plan(vtrace, 256, 1056, False, H200)[:2] == (128, 1)  # (from 8 x SMs)
+    assert tb._plan(kernels.GAE.value, 256, 1024, False, H200)[:2] == (128, 1)

@@ -172,8 +172,12 @@ _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65
 
 def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[int, int] | None:
     """``(block_t, num_warps)`` where a batch-major call (the caller's branch) of more than 256
-    steps runs each sequence in one program, unsplit, instead of the split plans of few
-    sequences (tile width 1); None elsewhere.
+    steps (V-trace: 64) runs each sequence in one program, unsplit, instead of the split plans
+    of few sequences (tile width 1); None elsewhere.
+    * V-trace at 64 < T <= 256, 2 to 8 x SMs - 1 sequences: one one-warp tile of next_pow2(T)
+      steps (sweep 45, set AL, against its 64 x 4 tiles of 4 warps split in two launches:
+      0.40-0.50x the time at T of 129-256 and N of 64-1055, 0.63-0.84x at T of 65-128;
+      bfloat16 and float64 0.54x and 0.55x at [256, 1024]; 2 warps 0.43-0.98x).
     * Up to T = 2048 (V-trace 1024) and 8 x SMs - 1 sequences (V-trace 256): one tile of
       next_pow2(T) steps, up to 8 warps (sweep 27: one sequence 0.44-0.63x the time of the
       split 128-step tiles from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16
@@ -193,6 +197,8 @@ def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[i
         at [4096 .. 65536, 600 .. 1000] (at T = 2049 0.95-1.76x; at N = 300 and 528 unsplit
         8-warp tiles 0.61-1.59x: not taken)."""
     vtrace = kind == kernels.VTRACE.value
+    if vtrace and 64 < T <= 256 and 1 < N < 8 * sms:
+        return triton.next_power_of_2(T), 1
     if 256 < T <= (1024 if vtrace else 2048) and N <= (256 if vtrace else 8 * sms - 1):
         block_t = triton.next_power_of_2(T)
         return block_t, min(8, block_t // 128)
