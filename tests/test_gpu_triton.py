@@ -182,8 +182,9 @@ LAYOUTS = {
 # (sweep 45): (1, 4096) and (12, 1100) in 16 x 16 (Retrace 16 x 8), (20, 1100) in 32 x 8,
 # (20, 65_544) and (32, 16_392) in 32 x 8 (V-trace 32 x 4), (64, 65_536) in 64 x 4; (70, 65_544)
 # and (100, 16_392): discounted returns, traces and the scans in 128 x 4 tiles of 2 warps, the
-# others a program a sequence; masked steps, and masked sequences at N = 1100, 65544 and
-# 16392; (100, 1000) and (120, 1500) (below N = 4096 past T = 32) a program a sequence;
+# others a program a sequence; masked steps, and masked sequences at N = 1100 only (more in
+# test_batch_major_short_rows_every_estimator); (100, 1000) and (120, 1500) (below N = 4096
+# past T = 32) a program a sequence;
 # batch-major V-trace in (64, 4) tiles of 4 warps at T <= 64 below N = 16384 and past T = 32,
 # in float64 at any N (a program per sequence at T = 70; at (100, 1000), below 8 x SMs
 # sequences, in one one-warp tile of 128 steps each);
@@ -260,23 +261,25 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
     _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
 
 
-def _time_major_against_float64(T, N, dtype, label):
-    """Every estimator on time-major ``[T, N]`` inputs of ``dtype`` into NaN-poisoned outputs,
-    against the torch backend in float64."""
+def _time_major_against_float64(T, N, dtype, label, time_dim=0):
+    """Every estimator on time-major ``[T, N]`` inputs (batch-major ``[N, T]`` with
+    ``time_dim`` 1) of ``dtype`` into NaN-poisoned outputs, against the torch backend in
+    float64."""
+    shape = (T, N) if time_dim == 0 else (N, T)
     gen = torch.Generator(device=CUDA).manual_seed(T + N)
-    d = _inputs((T, N), 0, dtype, gen)
-    out_like = torch.full((T, N), float("nan"), dtype=dtype, device=CUDA)
-    got = _run_all(d, 0, "triton", out_like=out_like)
-    _close_all(got, _run_all(_f64(d), 0, "torch"), dtype, label)
+    d = _inputs(shape, time_dim, dtype, gen)
+    out_like = torch.full(shape, float("nan"), dtype=dtype, device=CUDA)
+    got = _run_all(d, time_dim, "triton", out_like=out_like)
+    _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, label)
 
 
-def _launches_against_float64(T, N, dtype, label):
+def _launches_against_float64(T, N, dtype, label, time_dim=0):
     """``_time_major_against_float64`` from an empty launch table: the launches it described,
     as ``(kind, reverse, launch)``."""
     import rl_triton_core.triton_backend as tb
 
     forget_launches()
-    _time_major_against_float64(T, N, dtype, label)
+    _time_major_against_float64(T, N, dtype, label, time_dim)
     return [(L.meta["KIND"], L.meta["REVERSE"], L) for L in tb._LAUNCHES.values()]
 
 
@@ -528,7 +531,7 @@ def test_batch_major_shapes_in_one_tile():
 def test_batch_major_short_rows_in_tiles_of_sequences():
     """The batch-major SHAPES said above to run short rows in tiles of several sequences do,
     in the tiles said, and the others keep a program a sequence: the large-shape tests reach
-    the rule's kinds and edges on the GPU."""
+    the rule's kinds on the GPU (its edges: tests/test_plans.py)."""
     import rl_triton_core.triton_backend as tb
     from rl_triton_core.triton_backend import kernels
 
@@ -537,7 +540,8 @@ def test_batch_major_short_rows_in_tiles_of_sequences():
     cases = [(gae, 1, 4096, (16, 16, 1)), (retrace, 12, 1100, (16, 8, 1)),
              (gae, 20, 1100, (32, 8, 1)), (vtrace, 20, 65_544, (32, 4, 1)),
              (retrace, 32, 16_392, (32, 8, 1)), (gae, 64, 65_536, (64, 4, 1)),
-             (traces, 70, 65_544, (128, 4, 2)), (discounted, 100, 16_392, (128, 4, 2))]  # fmt: skip
+             (traces, 70, 65_544, (128, 4, 2)), (kernels.SCAN, 70, 65_544, (128, 4, 2)),
+             (discounted, 100, 16_392, (128, 4, 2))]  # fmt: skip
     for kind, T, N, tile in cases:
         plan = tb._plan(kind.value, T, N, False, CUDA, reverse=kind != traces)
         assert (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks) == (*tile, 1), (
@@ -545,9 +549,32 @@ def test_batch_major_short_rows_in_tiles_of_sequences():
     for kind, T, N in ((gae, 70, 65_544), (gae, 100, 1000), (gae, 120, 1500)):
         assert tb._plan(kind.value, T, N, False, CUDA).block_n == 1, (kind, T, N)
     assert tb._plan(vtrace.value, 20, 1100, False, CUDA)[:2] == (64, 4)
-    if 1000 < 8 * tb._sm_count(CUDA.index or 0):  # V-trace below 8 x SMs sequences, 64 < T
-        plan = tb._plan(vtrace.value, 100, 1000, False, CUDA)  # <= 256: one 1-warp tile each
+    assert tb._plan(vtrace.value, 32, 16_392, False, CUDA, eight_byte=True)[:2] == (64, 4)
+    if 1000 < 8 * tb._sm_count(CUDA.index or 0):  # V-trace below 8 x SMs sequences at
+        plan = tb._plan(vtrace.value, 100, 1000, False, CUDA)  # 64 < T <= 256: one one-warp
         assert (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks) == (128, 1, 1, 1)
+
+
+@pytest.mark.parametrize("T,N", [(200, 1000), (20, 16_385), (100, 4099)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_batch_major_short_rows_every_estimator(T, N, dtype):
+    """Batch-major short rows in the tiles of sweep 45 where SHAPES has none: masked sequences
+    in V-trace's 32 x 4 tiles (T = 20, not in float64) and in the 128 x 4 tiles of the lighter
+    estimators (T = 100), and V-trace's one-warp 256-step tiles below 8 x SMs sequences, whose
+    backward states compose by eights (T = 200); NaN-poisoned outputs against float64."""
+    from rl_triton_core.triton_backend import kernels
+
+    launches = _launches_against_float64(T, N, dtype, f"short batch-major rows {dtype}", 1)
+    tiles = {(kind, launch.plan[:2], launch.plan.num_warps) for kind, _, launch in launches}
+    vtrace, traces = kernels.VTRACE.value, kernels.TRACES.value
+    if T == 20:  # (float64 V-trace keeps its 64 x 4 tiles of 4 warps)
+        want = (vtrace, (64, 4), 4) if dtype == torch.float64 else (vtrace, (32, 4), 1)
+    elif T == 100:
+        want = (traces, (128, 4), 2)
+    else:
+        want = (vtrace, (256, 1), 1)
+    assert want in tiles, tiles
+    assert all(launch.plan.n_chunks == 1 for _, _, launch in launches)
 
 
 def test_batch_major_forward_scan_tiles():

@@ -4,7 +4,6 @@ pick run in tests/test_gpu_triton.py)."""
 
 import pytest
 import torch
-from triton import next_power_of_2 as triton_pow2
 
 import rl_triton_core.triton_backend as tb
 from rl_triton_core.triton_backend import kernels
@@ -379,8 +378,9 @@ def test_short_batch_major_rows_in_tiles_of_whole_sequences(h200):
             for eight_byte in (False, True) if kind != vtrace else (False,):
                 plan = tb._plan(kind.value, T, N, False, H200, reverse=reverse,
                                 eight_byte=eight_byte)  # fmt: skip
-                got = (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks)
-                assert got == (*want, 1), (kind, T, N, reverse, eight_byte)
+                got = (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks, plan.stages,
+                       plan.prefetch)  # fmt: skip
+                assert got == (*want, 1, 1, False), (kind, T, N, reverse, eight_byte)
     before = [(gae, 16, 1023), (gae, 33, 4095), (gae, 65, 65_536), (kernels.LAMBDA, 128, 4096),
               (retrace, 65, 65_536), (vtrace, 16, 16_383), (vtrace, 33, 65_536),
               (kernels.DISCOUNTED, 129, 65_536), (kernels.TRACES, 128, 4095),
@@ -395,12 +395,14 @@ def test_short_batch_major_rows_in_tiles_of_whole_sequences(h200):
 def test_batch_major_vtrace_of_few_sequences_unsplit(h200):
     """Batch-major V-trace at 64 < T <= 256 with 2 to 8 x SMs - 1 sequences: one one-warp tile
     of next_pow2(T) steps a sequence, unsplit (sweep 45, set AL); outside, the plans of before
-    (its 64 x 4 tiles of 4 warps, split; a program a sequence from 8 x SMs)."""
+    (its 64 x 4 tiles of 4 warps, split past T = 128; a program a sequence from 8 x SMs)."""
     vtrace = kernels.VTRACE.value
     for T, N, block_t in ((65, 1024, 128), (128, 2, 128), (129, 1055, 256), (256, 64, 256)):
         plan = tb._plan(vtrace, T, N, False, H200)
         assert (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks) == (block_t, 1, 1, 1)
-    for T, N in ((64, 1024), (257, 1024), (256, 1)):
-        assert tb._plan(vtrace, T, N, False, H200)[:3] != (triton_pow2(T), 1, 1), (T, N)
+    for T, N in ((64, 1024), (257, 1024)):
+        assert tb._plan(vtrace, T, N, False, H200)[:2] == (64, 4), (T, N)
+    plan = tb._plan(vtrace, 256, 1, False, H200)  # (one sequence: not timed)
+    assert (plan.block_t, plan.num_warps) == (128, 2)
     assert tb._plan(vtrace, 256, 1056, False, H200)[:2] == (128, 1)  # (from 8 x SMs)
     assert tb._plan(kernels.GAE.value, 256, 1024, False, H200)[:2] == (128, 1)

@@ -172,11 +172,11 @@ _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65
 
 def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[int, int] | None:
     """``(block_t, num_warps)`` where a batch-major call (the caller's branch) of more than 256
-    steps (V-trace: 64) runs each sequence in one program, unsplit, instead of the split plans
-    of few sequences (tile width 1); None elsewhere.
+    steps (V-trace: 64) runs each sequence in one program, unsplit, instead of the plans of few
+    sequences (split one-sequence tiles; V-trace's 4-sequence tiles); None elsewhere.
     * V-trace at 64 < T <= 256, 2 to 8 x SMs - 1 sequences: one one-warp tile of next_pow2(T)
-      steps (sweep 45, set AL, against its 64 x 4 tiles of 4 warps split in two launches:
-      0.40-0.50x the time at T of 129-256 and N of 64-1055, 0.63-0.84x at T of 65-128;
+      steps (sweep 45, set AL, against its 64 x 4 tiles of 4 warps, split in two launches past
+      T = 128: 0.40-0.50x the time at T of 129-256 and N of 64-1055, 0.63-0.84x at T of 65-128;
       bfloat16 and float64 0.54x and 0.55x at [256, 1024]; 2 warps 0.43-0.98x).
     * Up to T = 2048 (V-trace 1024) and 8 x SMs - 1 sequences (V-trace 256): one tile of
       next_pow2(T) steps, up to 8 warps (sweep 27: one sequence 0.44-0.63x the time of the
@@ -215,14 +215,15 @@ def _short_rows(kind: int, T: int, N: int, eight_byte: bool) -> tuple[int, int, 
     """``(block_t, block_n, num_warps)`` where a batch-major call (the caller's branch) of
     short rows runs tiles of several whole sequences, one tile a program; None elsewhere.
     Before, each sequence was a program of its own, whose 128-step tile had 112 masked steps
-    at T = 16: the time was that of the number of programs (44-46 us at N = 65536 for any T up
-    to 128, where two copies of a [16, 65536] tensor take 10.8).
+    at T = 16: the time was that of the number of programs (at N = 65536 44-46 us at any T up
+    to 128 for GAE, TD(lambda), discounted returns, traces and the scans, Retrace 45-48 to
+    T = 64; two copies of a [16, 65536] tensor take 10.8).
     * Up to T = 64 (V-trace to 32, from N = 16384, not in float64), from N = 1024 (4096 past
       T = 32): one-warp tiles of next_pow2(T) steps (at least 16) and 256 elements (V-trace,
       and Retrace to T = 16: 128). Sweep 45 (graph replay, L2 flushed, against the plans
       before; set AJ): float32 at 16 shapes of T 1-64 and N 4096-100000, 0.17-0.99x the time
-      ([16, 65536] 0.18-0.52x, [64, 4096] 0.75-0.94x); at T of 16-32 and N of 1024-2048
-      0.69-1.02x; bfloat16 and float16 at [16, 65536], [32, 16384] and [64, 4096] 0.18-0.90x;
+      ([16, 65536] 0.18-0.52x, [64, 4096] 0.75-0.94x; each the new median over the one
+      before); at T of 16-32 and N of 1024-2048 0.69-1.02x; bfloat16 and float16 at [16, 65536], [32, 16384] and [64, 4096] 0.18-0.90x;
       float64 at [32, 16384] 0.56-0.87x, but V-trace 1.08x (not taken). Not taken either:
       [64, 2048] (0.85-1.12x); V-trace at [16, 4096] (1.07x in 16 x 8 tiles, set AI) and at
       T = 64 (1.00-1.34x).
@@ -230,14 +231,14 @@ def _short_rows(kind: int, T: int, N: int, eight_byte: bool) -> tuple[int, int, 
       estimators with the fewest inputs), from N = 4096: 128 x 4 tiles of 2 warps (set AK:
       0.54-0.81x the time at [96 .. 128, 65536], 0.71-0.93x at [128, 16384], 0.86-1.00x at
       [128, 4096]; GAE 0.94-1.13x and TD(lambda) 0.90-1.07x in these or 128 x 2 tiles: not
-      taken)."""
+      taken; the forward scan untimed: traces and episodic sums, forward scans too, were)."""
     vtrace = kind == kernels.VTRACE.value
     if T <= 64 and N >= (1024 if T <= 32 else 4096):
         if vtrace and (T > 32 or N < 16384 or eight_byte):
             return None
         block_t = max(16, triton.next_power_of_2(T))
-        small = vtrace or (kind == kernels.RETRACE.value and T <= 16)
-        return block_t, (128 if small else 256) // block_t, 1
+        narrow = vtrace or (kind == kernels.RETRACE.value and T <= 16)
+        return block_t, (128 if narrow else 256) // block_t, 1
     if 64 < T <= 128 and N >= 4096 and kind in _SIDE_BY_SIDE:
         return 128, 4, 2
     return None
@@ -573,7 +574,9 @@ def _plan(
             # shuffle is cheap in short tiles (one sequence: 3 of their 4 columns would be
             # padding). Sweep 22, N >= 8 x SMs: to T = 64 these tiles take 0.81-0.88x the time of
             # a program per sequence (below); that takes 0.78-0.98x theirs from T = 128 (T of
-            # 65-127 not timed); few long sequences: see the split one-warp tiles below
+            # 65-127 not timed); few long sequences: see the split one-warp tiles below. Since
+            # sweep 45 _short_rows takes T <= 32 from N = 16384 (not float64), _unsplit_walk
+            # 64 < T <= 256 below 8 x SMs sequences (N > 1)
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         elif N >= 8 * sms:  # time is contiguous: a parallel scan along it, one sequence per
             # program (a warp); V-trace in 128-step tiles (0.95-0.99x of 256 from T = 256)
