@@ -261,10 +261,9 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
     _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
 
 
-def _time_major_against_float64(T, N, dtype, label, time_dim=0):
-    """Every estimator on time-major ``[T, N]`` inputs (batch-major ``[N, T]`` with
-    ``time_dim`` 1) of ``dtype`` into NaN-poisoned outputs, against the torch backend in
-    float64."""
+def _against_float64(T, N, dtype, label, time_dim=0):
+    """Every estimator on ``[T, N]`` inputs (``[N, T]`` with ``time_dim`` 1) of ``dtype`` into
+    NaN-poisoned outputs, against the torch backend in float64."""
     shape = (T, N) if time_dim == 0 else (N, T)
     gen = torch.Generator(device=CUDA).manual_seed(T + N)
     d = _inputs(shape, time_dim, dtype, gen)
@@ -274,12 +273,12 @@ def _time_major_against_float64(T, N, dtype, label, time_dim=0):
 
 
 def _launches_against_float64(T, N, dtype, label, time_dim=0):
-    """``_time_major_against_float64`` from an empty launch table: the launches it described,
+    """``_against_float64`` from an empty launch table: the launches it described,
     as ``(kind, reverse, launch)``."""
     import rl_triton_core.triton_backend as tb
 
     forget_launches()
-    _time_major_against_float64(T, N, dtype, label, time_dim)
+    _against_float64(T, N, dtype, label, time_dim)
     return [(L.meta["KIND"], L.meta["REVERSE"], L) for L in tb._LAUNCHES.values()]
 
 
@@ -333,7 +332,7 @@ def test_pipelined_wide_tiles_every_estimator(T, N, dtype):
     for kind in (kernels.GAE, kernels.RETRACE, kernels.TRACES):
         plan = tb._plan(kind.value, T, N, True, CUDA, four_byte=dtype == torch.float32)
         assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, 3), kind
-    _time_major_against_float64(T, N, dtype, f"pipelined wide tiles {dtype}")
+    _against_float64(T, N, dtype, f"pipelined wide tiles {dtype}")
 
 
 @pytest.mark.parametrize("T,N", [(16, 16_384), (25, 16_384)])

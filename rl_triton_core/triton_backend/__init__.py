@@ -225,9 +225,8 @@ def _short_rows(kind: int, T: int, N: int, eight_byte: bool) -> tuple[int, int, 
       ([16, 65536] 0.18-0.52x, [64, 4096] 0.75-0.94x; each the new median over the one
       before); at T of 16-32 and N of 1024-2048 0.69-1.02x; bfloat16 and float16 at
       [16, 65536], [32, 16384] and [64, 4096] 0.18-0.90x; float64 at [32, 16384] 0.56-0.87x,
-      but V-trace 1.08x (not taken). Not taken either:
-      [64, 2048] (0.85-1.12x); V-trace at [16, 4096] (1.07x in 16 x 8 tiles, set AI) and at
-      T = 64 (1.00-1.34x).
+      but V-trace 1.08x (not taken). Not taken either: [64, 2048] (0.85-1.12x); V-trace at
+      [16, 4096] (1.07x in 16 x 8 tiles, set AI) and at T = 64 (1.00-1.34x).
     * 65-128 steps, discounted returns, eligibility traces, episodic sums and the scans (the
       estimators with the fewest inputs), from N = 4096: 128 x 4 tiles of 2 warps (set AK:
       0.54-0.81x the time at [96 .. 128, 65536], 0.71-0.93x at [128, 16384], 0.86-1.00x at
