@@ -11,6 +11,9 @@
   multiplied by an exact zero coefficient (a cut, a terminated gate, ``a_t == 0``) is dropped,
   so a NaN there does not reach the output.
 * ``forget_launches`` / ``described_launch``: the Triton launcher's descriptions of calls.
+* ``random_step_inputs`` / ``run_every_estimator`` / ``close_all_to_float64``: every estimator
+  on one set of random inputs against the torch backend in float64 (tests/test_gpu_triton.py,
+  at shapes too large for the pure-Python oracle; tests/test_tile_geometries.py).
 """
 
 from __future__ import annotations
@@ -708,3 +711,111 @@ def described_launch(fn, *args, **kwargs):
     result = fn(*args, **kwargs)
     (launch,) = tb._LAUNCHES.values()
     return result, launch
+
+
+# ----------------------------------------------------------------------------------------------
+# Every estimator on one input set, against the torch backend in float64
+# ----------------------------------------------------------------------------------------------
+
+RTOL_VS_FLOAT64 = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-5,
+    torch.float16: 3e-3,
+    torch.bfloat16: 2e-2,
+}
+
+
+def close_to_float64(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, name: str) -> None:
+    """No NaN left in ``got`` (outputs are poisoned first) and its largest error relative to
+    ``max |want|`` (at least 1) within ``RTOL_VS_FLOAT64[dtype]``."""
+    assert not torch.isnan(got).any(), f"{name}: NaN left in the output (unwritten elements?)"
+    scale = want.abs().max().clamp_min(1.0)
+    err = ((got.double() - want.double()).abs().max() / scale).item()
+    rtol = RTOL_VS_FLOAT64[dtype]
+    assert err <= rtol, f"{name}: max relative error {err:.3g} > {rtol:g}"
+
+
+def close_all_to_float64(got: dict, want: dict, dtype: torch.dtype, label: str) -> None:
+    """Every output of every estimator of ``run_every_estimator``."""
+    for name, g in got.items():
+        g, w = as_tuple(g), as_tuple(want[name])
+        for i, (gi, wi) in enumerate(zip(g, w, strict=True)):
+            close_to_float64(gi, wi, dtype, f"{name}[{i}] {label}")
+
+
+def random_step_inputs(shape, time_dim, dtype, gen, flag_dtype=torch.bool) -> dict:
+    """Per-step inputs of ``shape`` on the generator's device: normal rewards, values and next
+    values, negative log-probabilities, 2% terminated and 1% truncated steps."""
+
+    def step():
+        return torch.randn(shape, generator=gen, device=gen.device).to(dtype)
+
+    term = (torch.rand(shape, generator=gen, device=gen.device) < 0.02).to(flag_dtype)
+    trunc = (torch.rand(shape, generator=gen, device=gen.device) < 0.01).to(flag_dtype)
+    return dict(
+        rewards=step(),
+        values=step(),
+        next_values=step(),
+        tlp=-step().abs(),
+        blp=-step().abs(),
+        term=term,
+        trunc=trunc,
+    )
+
+
+def as_float64(d: dict) -> dict:
+    return {k: (v.double() if v.is_floating_point() else v) for k, v in d.items()}
+
+
+def run_every_estimator(d, time_dim, backend, out_like=None, long_horizon=False, only=None):
+    """Every estimator on one input set (``random_step_inputs``); returns a dict of outputs by
+    name: gae, lambda, disc, vtrace, retrace, traces, scan (backward), scan_forward, or those
+    in ``only``. ``out_like``: outputs into NaN-poisoned tensors like it. ``long_horizon``:
+    gamma = 0.9995 and lambda = 1 throughout (float32 calls then accumulate in float64), the
+    scans left out (their a is a tensor: they accumulate in float32)."""
+    kw = dict(time_dim=time_dim, backend=backend)
+    g, lam = (dict(gamma=0.9995), 1.0) if long_horizon else ({}, None)
+    r, v, term = d["rewards"], d["values"], d["term"]
+    nv = dict(truncated=d["trunc"], next_values=d["next_values"])
+
+    def poisoned(n=1):
+        if out_like is None:
+            return None
+        outs = tuple(torch.full_like(out_like, float("nan")) for _ in range(n))
+        return outs if n > 1 else outs[0]
+
+    calls = {
+        "gae": lambda: rtc.gae(
+            r, v, term, **nv, gamma=g.get("gamma", 0.99), lmbda=lam or 0.95, out=poisoned(2), **kw
+        ),
+        "lambda": lambda: rtc.lambda_returns(
+            r, v, term, **nv, **(dict(g, lmbda=lam) if long_horizon else {}), out=poisoned(), **kw
+        ),
+        "disc": lambda: rtc.discounted_returns(r, term, **nv, **g, out=poisoned(), **kw),
+        "vtrace": lambda: rtc.vtrace(
+            r, v, d["tlp"], d["blp"], term, **nv, lmbda=lam or 0.9, **g, out=poisoned(2), **kw
+        ),
+        "retrace": lambda: rtc.retrace(
+            r,
+            v,
+            d["next_values"],
+            d["tlp"],
+            d["blp"],
+            term,
+            truncated=d["trunc"],
+            lmbda=lam or 0.9,
+            **g,
+            out=poisoned(),
+            **kw,
+        ),
+        "traces": lambda: rtc.eligibility_traces(
+            r, term, **(dict(g, lmbda=lam) if long_horizon else {}), out=poisoned(), **kw
+        ),
+    }
+    if not long_horizon:
+        a = v.sigmoid()
+        calls["scan"] = lambda: rtc.linear_scan(a, r, reverse=True, out=poisoned(), **kw)
+        calls["scan_forward"] = lambda: rtc.linear_scan(a, r, out=poisoned(), **kw)
+    if only is not None and not set(only) <= calls.keys():
+        raise ValueError(f"no estimator {set(only) - calls.keys()} here (long_horizon: no scans)")
+    return {name: call() for name, call in calls.items() if only is None or name in only}

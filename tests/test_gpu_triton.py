@@ -12,7 +12,16 @@ import collections
 
 import pytest
 import torch
-from _support import as_tuple, described_launch, forget_launches
+from _support import (
+    as_float64,
+    as_tuple,
+    close_all_to_float64,
+    close_to_float64,
+    described_launch,
+    forget_launches,
+    random_step_inputs,
+    run_every_estimator,
+)
 
 import rl_triton_core as rtc
 
@@ -21,130 +30,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available"),
 ]
 CUDA = torch.device("cuda")
-RTOL = {torch.float64: 1e-9, torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
-
-
-def _close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, name: str) -> None:
-    assert not torch.isnan(got).any(), f"{name}: NaN left in the output (unwritten elements?)"
-    scale = want.abs().max().clamp_min(1.0)
-    err = ((got.double() - want.double()).abs().max() / scale).item()
-    assert err <= RTOL[dtype], f"{name}: max relative error {err:.3g} > {RTOL[dtype]:g}"
-
-
-def _close_all(got: dict, want: dict, dtype: torch.dtype, label: str) -> None:
-    """Every output of every estimator of ``_run_all``."""
-    for name, g in got.items():
-        w = want[name]
-        g, w = (g if isinstance(g, tuple) else (g,)), (w if isinstance(w, tuple) else (w,))
-        for i, (gi, wi) in enumerate(zip(g, w, strict=True)):
-            _close(gi, wi, dtype, f"{name}[{i}] {label}")
-
-
-def _inputs(shape, time_dim, dtype, gen, flag_dtype=torch.bool):
-    def step():
-        return torch.randn(shape, generator=gen, device=CUDA).to(dtype)
-
-    term = (torch.rand(shape, generator=gen, device=CUDA) < 0.02).to(flag_dtype)
-    trunc = (torch.rand(shape, generator=gen, device=CUDA) < 0.01).to(flag_dtype)
-    return dict(
-        rewards=step(),
-        values=step(),
-        next_values=step(),
-        tlp=-step().abs(),
-        blp=-step().abs(),
-        term=term,
-        trunc=trunc,
-    )
-
-
-def _f64(d):
-    return {k: (v.double() if v.is_floating_point() else v) for k, v in d.items()}
-
-
-def _run_all(d, time_dim, backend, out_like=None, long_horizon=False):
-    """Every estimator on one input set; returns a dict of outputs. ``long_horizon``: gamma =
-    0.9995 and lambda = 1 throughout (float32 calls then accumulate in float64), the scans left
-    out (their a is a tensor: they accumulate in float32)."""
-    kw = dict(time_dim=time_dim, backend=backend)
-    g, lam = (dict(gamma=0.9995), 1.0) if long_horizon else ({}, None)
-
-    def poisoned(n=1):
-        if out_like is None:
-            return None
-        outs = tuple(torch.full_like(out_like, float("nan")) for _ in range(n))
-        return outs if n > 1 else outs[0]
-
-    res = {}
-    res["gae"] = rtc.gae(
-        d["rewards"],
-        d["values"],
-        d["term"],
-        truncated=d["trunc"],
-        next_values=d["next_values"],
-        gamma=g.get("gamma", 0.99),
-        lmbda=lam or 0.95,
-        out=poisoned(2),
-        **kw,
-    )
-    res["lambda"] = rtc.lambda_returns(
-        d["rewards"],
-        d["values"],
-        d["term"],
-        truncated=d["trunc"],
-        next_values=d["next_values"],
-        **(dict(g, lmbda=lam) if long_horizon else {}),
-        out=poisoned(),
-        **kw,
-    )
-    res["disc"] = rtc.discounted_returns(
-        d["rewards"],
-        d["term"],
-        truncated=d["trunc"],
-        next_values=d["next_values"],
-        **g,
-        out=poisoned(),
-        **kw,
-    )
-    res["vtrace"] = rtc.vtrace(
-        d["rewards"],
-        d["values"],
-        d["tlp"],
-        d["blp"],
-        d["term"],
-        truncated=d["trunc"],
-        next_values=d["next_values"],
-        lmbda=lam or 0.9,
-        **g,
-        out=poisoned(2),
-        **kw,
-    )
-    res["retrace"] = rtc.retrace(
-        d["rewards"],
-        d["values"],
-        d["next_values"],
-        d["tlp"],
-        d["blp"],
-        d["term"],
-        truncated=d["trunc"],
-        lmbda=lam or 0.9,
-        **g,
-        out=poisoned(),
-        **kw,
-    )
-    res["traces"] = rtc.eligibility_traces(
-        d["rewards"],
-        d["term"],
-        **(dict(g, lmbda=lam) if long_horizon else {}),
-        out=poisoned(),
-        **kw,
-    )
-    if not long_horizon:
-        a = d["values"].sigmoid()
-        res["scan"] = rtc.linear_scan(a, d["rewards"], reverse=True, out=poisoned(), **kw)
-        res["scan_forward"] = rtc.linear_scan(a, d["rewards"], out=poisoned(), **kw)
-    return res
-
-
 LAYOUTS = {
     "time-major [T, N]": lambda T, N: ((T, N), 0),
     "batch-major [N, T]": lambda T, N: ((N, T), 1),
@@ -255,10 +140,12 @@ def test_large_shapes_every_estimator(T, N, layout, dtype):
         pytest.skip("one layout per non-float32 dtype at the largest sizes keeps the run short")
     shape, time_dim = LAYOUTS[layout](T, N)
     gen = torch.Generator(device=CUDA).manual_seed(T + N)
-    d = _inputs(shape, time_dim, dtype, gen)
+    d = random_step_inputs(shape, time_dim, dtype, gen)
     out_like = torch.empty(shape, dtype=dtype, device=CUDA)
-    got = _run_all(d, time_dim, "triton", out_like=out_like)
-    _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"{layout} {dtype}")
+    got = run_every_estimator(d, time_dim, "triton", out_like=out_like)
+    close_all_to_float64(
+        got, run_every_estimator(as_float64(d), time_dim, "torch"), dtype, f"{layout} {dtype}"
+    )
 
 
 def _against_float64(T, N, dtype, label, time_dim=0):
@@ -266,10 +153,10 @@ def _against_float64(T, N, dtype, label, time_dim=0):
     NaN-poisoned outputs, against the torch backend in float64."""
     shape = (T, N) if time_dim == 0 else (N, T)
     gen = torch.Generator(device=CUDA).manual_seed(T + N)
-    d = _inputs(shape, time_dim, dtype, gen)
+    d = random_step_inputs(shape, time_dim, dtype, gen)
     out_like = torch.full(shape, float("nan"), dtype=dtype, device=CUDA)
-    got = _run_all(d, time_dim, "triton", out_like=out_like)
-    _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, label)
+    got = run_every_estimator(d, time_dim, "triton", out_like=out_like)
+    close_all_to_float64(got, run_every_estimator(as_float64(d), time_dim, "torch"), dtype, label)
 
 
 def _launches_against_float64(T, N, dtype, label, time_dim=0):
@@ -461,10 +348,12 @@ def test_rows_tell_their_alignment_every_estimator(T, N, time_dim, dtype, align)
     forget_launches()
     gen = torch.Generator(device=CUDA).manual_seed(T + N)
     shape = (N, T) if time_dim else (T, N)
-    d = _inputs(shape, time_dim, dtype, gen)
+    d = random_step_inputs(shape, time_dim, dtype, gen)
     out_like = torch.full(shape, float("nan"), dtype=dtype, device=CUDA)
-    got = _run_all(d, time_dim, "triton", out_like=out_like)
-    _close_all(got, _run_all(_f64(d), time_dim, "torch"), dtype, f"aligned rows {shape}")
+    got = run_every_estimator(d, time_dim, "triton", out_like=out_like)
+    close_all_to_float64(
+        got, run_every_estimator(as_float64(d), time_dim, "torch"), dtype, f"aligned rows {shape}"
+    )
     launches = list(tb._LAUNCHES.values())
     assert len(launches) >= 7
     for launch in launches:
@@ -634,9 +523,9 @@ def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
 
     shape = (T, N) if time_dim == 0 else (N, T)
     gen = torch.Generator(device=CUDA).manual_seed(T + N + time_dim)
-    d = _inputs(shape, time_dim, torch.float32, gen)
+    d = random_step_inputs(shape, time_dim, torch.float32, gen)
     boot = torch.randn(N, generator=gen, device=CUDA)
-    f64 = dict(_f64(d), boot=boot.double())
+    f64 = dict(as_float64(d), boot=boot.double())
     inputs = {  # the per-step inputs of the estimators that take a bootstrap value
         "gae": ("rewards", "values", "term"),
         "lambda_returns": ("rewards", "values", "term"),
@@ -653,13 +542,13 @@ def test_bootstrap_value_and_backward_tiles_by_eights(T, N, time_dim):
         want = fn(*(f64[k] for k in keys), bootstrap_value=f64["boot"], time_dim=time_dim,
                   backend="torch")  # fmt: skip
         for i, (g, w) in enumerate(zip(as_tuple(got), as_tuple(want), strict=True)):
-            _close(g, w, torch.float32, f"{name}[{i}] {shape} time_dim {time_dim}")
+            close_to_float64(g, w, torch.float32, f"{name}[{i}] {shape} time_dim {time_dim}")
     a, r = d["values"].sigmoid(), d["rewards"]  # the backward scan (its initial state)
     out = torch.full_like(r, float("nan"))
     rtc.linear_scan(a, r, initial=boot, reverse=True, out=out, time_dim=time_dim, backend="triton")
     want = rtc.linear_scan(a.double(), r.double(), initial=boot.double(), reverse=True,
                            time_dim=time_dim, backend="torch")  # fmt: skip
-    _close(out, want, torch.float32, f"linear_scan {shape}")
+    close_to_float64(out, want, torch.float32, f"linear_scan {shape}")
     sms = tb._sm_count(CUDA.index or 0)  # (N = 1100 runs these tiles from 8 x SMs sequences)
     if time_dim == 1 and (N == 16 or 8 * sms <= N):
         by = {launch.meta["KIND"]: launch.meta["BY"] for launch in tb._LAUNCHES.values()}
@@ -678,10 +567,10 @@ def test_long_horizon_float32_large_shapes(T, N):
     float64 (outputs poisoned). (At T = 100 it accumulates in float32: 1.04e-6 off at N =
     1000 on the H200.)"""
     gen = torch.Generator(device=CUDA).manual_seed(T + N + 1)
-    d = _inputs((T, N), 0, torch.float32, gen)
+    d = random_step_inputs((T, N), 0, torch.float32, gen)
     out_like = torch.empty((T, N), dtype=torch.float32, device=CUDA)
-    got = _run_all(d, 0, "triton", out_like=out_like, long_horizon=True)
-    want = _run_all(_f64(d), 0, "torch", long_horizon=True)
+    got = run_every_estimator(d, 0, "triton", out_like=out_like, long_horizon=True)
+    want = run_every_estimator(as_float64(d), 0, "torch", long_horizon=True)
     for name, g in got.items():
         for i, (gi, wi) in enumerate(zip(as_tuple(g), as_tuple(want[name]), strict=True)):
             scale = wi.abs().max().clamp_min(1.0)
@@ -692,9 +581,9 @@ def test_long_horizon_float32_large_shapes(T, N):
 @pytest.mark.parametrize("flag_dtype", [torch.uint8, torch.int64, torch.float32])
 def test_flag_dtypes_large(flag_dtype):
     gen = torch.Generator(device=CUDA).manual_seed(3)
-    d = _inputs((512, 2048), 0, torch.float32, gen, flag_dtype=flag_dtype)
-    got, want = _run_all(d, 0, "triton"), _run_all(_f64(d), 0, "torch")
-    _close_all(got, want, torch.float32, f"flags {flag_dtype}")
+    d = random_step_inputs((512, 2048), 0, torch.float32, gen, flag_dtype=flag_dtype)
+    got, want = run_every_estimator(d, 0, "triton"), run_every_estimator(as_float64(d), 0, "torch")
+    close_all_to_float64(got, want, torch.float32, f"flags {flag_dtype}")
 
 
 def test_strided_views_read_in_place():
@@ -708,7 +597,7 @@ def test_strided_views_read_in_place():
         rewards.double(), values.double(), term, bootstrap_value=values[0].double(), backend="torch"
     )
     for g, w in zip(got, want, strict=True):
-        _close(g, w, torch.float32, "strided gae")
+        close_to_float64(g, w, torch.float32, "strided gae")
 
 
 def test_indexing_beyond_2_31_elements():
@@ -730,7 +619,7 @@ def test_indexing_beyond_2_31_elements():
         bootstrap_value=rewards[0, cols].double(),
         backend="torch",
     )
-    _close(adv[:, cols], want, torch.float32, "gae past 2**31")
+    close_to_float64(adv[:, cols], want, torch.float32, "gae past 2**31")
     assert not torch.isnan(adv[-1]).any() and not torch.isnan(ret[-1]).any()
     del rewards, term, adv, ret
     torch.cuda.empty_cache()
@@ -761,7 +650,7 @@ def test_output_views_whose_offsets_pass_2_31():
         )
         assert launch.meta["IDX64"], launch.meta
         for g, w in zip(outs, want, strict=True):
-            _close(g, w, torch.float32, f"gae, output {k} a view past 2**31")
+            close_to_float64(g, w, torch.float32, f"gae, output {k} a view past 2**31")
         assert wide[:, :N].isnan().all() and wide[:, 2 * N : 3 * N].isnan().all()
     del wide
     torch.cuda.empty_cache()
@@ -786,16 +675,16 @@ def test_long_horizon_float32_accuracy():
             backend="reference" if T * N < 10_000 else "torch",
         )
         for g, w in zip(got, want, strict=True):
-            _close(g, w, torch.float32, f"gae T=1e5 gamma={gamma} lambda={lmbda}")
+            close_to_float64(g, w, torch.float32, f"gae T=1e5 gamma={gamma} lambda={lmbda}")
 
 
 @pytest.mark.parametrize("T,N", [(65_536, 24), (200_003, 2)])
 def test_deterministic_bit_identical(T, N):
     gen = torch.Generator(device=CUDA).manual_seed(7)
-    d = _inputs((T, N), 0, torch.float32, gen)
-    first = _run_all(d, 0, "triton")
+    d = random_step_inputs((T, N), 0, torch.float32, gen)
+    first = run_every_estimator(d, 0, "triton")
     for _ in range(3):
-        again = _run_all(d, 0, "triton")
+        again = run_every_estimator(d, 0, "triton")
         for name in first:
             a = first[name] if isinstance(first[name], tuple) else (first[name],)
             b = again[name] if isinstance(again[name], tuple) else (again[name],)
@@ -843,8 +732,8 @@ def test_cuda_graph_capture_and_replay(T, N):
             bootstrap_value=boot.double(),
             backend="torch",
         )
-        _close(adv, want_adv, torch.float32, "graph gae")
-        _close(vs, want_vs, torch.float32, "graph vtrace")
+        close_to_float64(adv, want_adv, torch.float32, "graph gae")
+        close_to_float64(vs, want_vs, torch.float32, "graph vtrace")
 
 
 def test_resident_plans_where_the_tests_expect_them():
@@ -876,13 +765,15 @@ def test_direct_launch_agrees_with_the_jit_bit_for_bit(T, N, time_dim, monkeypat
 
     gen = torch.Generator(device=CUDA).manual_seed(11)
     shape = (T, N) if time_dim == 0 else (N, T)
-    d = _inputs(shape, time_dim, torch.float32, gen)
+    d = random_step_inputs(shape, time_dim, torch.float32, gen)
     results = {}
     for direct in (False, True):
         monkeypatch.setattr(tb, "DIRECT_LAUNCH", direct)
         tb._LAUNCHES.clear()
         _replay._PLANS.clear()
-        results[direct] = [_run_all(d, time_dim, "triton", out_like=d["rewards"]) for _ in range(3)]
+        results[direct] = [
+            run_every_estimator(d, time_dim, "triton", out_like=d["rewards"]) for _ in range(3)
+        ]
     directs = [f for launch in tb._LAUNCHES.values() for f in launch.direct.values()]
     assert directs and all(directs), "a launch did not get a direct launcher"
     want = results[False][0]
@@ -904,7 +795,7 @@ def test_misaligned_call_after_an_aligned_one(T, N, time_dim):
 
     gen = torch.Generator(device=CUDA).manual_seed(12)
     shape = (T, N) if time_dim == 0 else (N, T)
-    d = _inputs(shape, time_dim, torch.float32, gen)
+    d = random_step_inputs(shape, time_dim, torch.float32, gen)
 
     def misaligned(x):
         buf = torch.empty(x.numel() + 16, dtype=x.dtype, device=CUDA)
@@ -914,12 +805,12 @@ def test_misaligned_call_after_an_aligned_one(T, N, time_dim):
 
     tb._LAUNCHES.clear()
     _replay._PLANS.clear()
-    want = _run_all(_f64(d), time_dim, "torch")
+    want = run_every_estimator(as_float64(d), time_dim, "torch")
     for label, inputs in (("aligned", d), ("misaligned", {k: misaligned(v) for k, v in d.items()}),
                           ("aligned again", d)):  # fmt: skip
         for _ in range(2):  # (a first call records; the second replays)
-            got = _run_all(inputs, time_dim, "triton", out_like=d["rewards"])
-            _close_all(got, want, torch.float32, label)
+            got = run_every_estimator(inputs, time_dim, "triton", out_like=d["rewards"])
+            close_all_to_float64(got, want, torch.float32, label)
     # (a direct launcher's key: the launch phase, then each pointer's alignment)
     per_phase = [
         collections.Counter(key[0] for key in launch.direct) for launch in tb._LAUNCHES.values()
@@ -954,7 +845,7 @@ def test_replay_launches_by_address_unless_misaligned_or_hooked(
     tb._LAUNCHES.clear()
     _replay._PLANS.clear()
     gen = torch.Generator(device=CUDA).manual_seed(13)
-    d = _inputs((T, N), 0, torch.float32, gen)
+    d = random_step_inputs((T, N), 0, torch.float32, gen)
     want = rtc.gae(
         d["rewards"].double(), d["values"].double(), d["term"], truncated=d["trunc"],
         next_values=d["next_values"].double(), gamma=0.99, lmbda=0.95, backend="torch",
@@ -970,7 +861,7 @@ def test_replay_launches_by_address_unless_misaligned_or_hooked(
             **({"out": outs} if with_out else {}),
         )  # fmt: skip
         for g, w, name in zip(got, want, ("advantages", "returns"), strict=True):
-            _close(g, w, torch.float32, name)
+            close_to_float64(g, w, torch.float32, name)
 
     def through_run(label, *args):
         before = len(runs)
@@ -1010,7 +901,7 @@ def test_same_call_on_two_streams_at_once():
     streams: each call has its own chunk totals, so both results are right."""
     gen = torch.Generator(device=CUDA).manual_seed(10)
     T, N = 131_072, 16
-    data = [_inputs((T, N), 0, torch.float32, gen) for _ in range(2)]
+    data = [random_step_inputs((T, N), 0, torch.float32, gen) for _ in range(2)]
     streams = [torch.cuda.Stream() for _ in range(2)]
     for s in streams:
         s.wait_stream(torch.cuda.current_stream())
@@ -1030,7 +921,7 @@ def test_same_call_on_two_streams_at_once():
                 d["rewards"].double(), d["values"].double(), d["term"],
                 next_values=d["next_values"].double(), backend="torch",
             )  # fmt: skip
-            _close(adv, want, torch.float32, "gae on two streams")
+            close_to_float64(adv, want, torch.float32, "gae on two streams")
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
@@ -1038,11 +929,11 @@ def test_tensors_on_a_device_other_than_the_current_one():
     """Inputs on cuda:1 while cuda:0 is current: the kernels run on cuda:1 (Triton launches on
     the current device unless the launcher switches), so the result equals the cuda:0 one."""
     gen = torch.Generator(device=CUDA).manual_seed(9)
-    d0 = _inputs((300, 70), 0, torch.float32, gen)
+    d0 = random_step_inputs((300, 70), 0, torch.float32, gen)
     d1 = {k: v.to("cuda:1") for k, v in d0.items()}
     torch.cuda.set_device(0)
-    want = _run_all(d0, 0, "triton", out_like=d0["rewards"])
-    got = _run_all(d1, 0, "triton", out_like=d1["rewards"])
+    want = run_every_estimator(d0, 0, "triton", out_like=d0["rewards"])
+    got = run_every_estimator(d1, 0, "triton", out_like=d1["rewards"])
     torch.cuda.synchronize("cuda:1")
     assert torch.cuda.current_device() == 0, "the launcher left another device current"
     for name, g in got.items():
