@@ -6,19 +6,20 @@ tiles of 16 chunks side by side, 1024-step resident chunks ... Their kernels are
 the GPU at full size (tests/test_gpu_triton.py); these tests run the same kernel code in CI,
 and every plan branch added later is picked up by them.
 
-The geometries are collected from ``_plan`` itself, emulating an H200 (132 SMs, compiled
-plans), over a grid of shapes, both layouts, each scan kind and direction and four dtype
-classes, asked as the launcher asks (a time-major plan only for N > 1 and T > 1; 16-bit rows
-aligned or not from N). A geometry is a plan's tile (``block_t``, ``block_n``, ``unroll``,
-warps, ``segs``, prefetch, pipeline stages), whether it splits time (and how: carried or
-resident) and the two code variants the launcher picks from the shape: unmasked tiles
-(``FULL``) and the tile loop compiled twice (``T_TAIL``). Each runs at a small shape that keeps
-what the kernel's code depends on: whether the last tile (of steps, of sequences) is partial,
-whether T, N and the chunk length are multiples of 16 (Triton specialises on that), the power
-of two N is a multiple of (the alignment the kernel is told); a few programs' sequences, at
-most three tiles unsplit (four where 16 needs it), three chunks of at most two tiles split
-(``2 x segs`` chunks side by side). The forced plan's one estimator runs into NaN-poisoned
-outputs, against the torch backend in float64.
+The geometries are collected from ``_plan`` itself, emulating an H200 (132 SMs, compiled plans),
+over a grid of shapes, both layouts, each scan kind and direction and three dtype classes
+(float32, bfloat16, float64), asked as the launcher asks (a time-major plan only for N and T
+above 1; 16-bit rows aligned or not from N). A geometry is a plan's tile (``block_t``,
+``block_n``, ``unroll``, warps, ``segs``, prefetch, pipeline stages), whether it splits time
+(and how: carried or resident) and the two code variants the launcher picks from the shape:
+unmasked tiles (``FULL``) and the tile loop compiled twice (``T_TAIL``). Each runs at a small
+shape that keeps what the kernel's code depends on: whether the last tile (of steps, of
+sequences) is partial, whether T, N and the chunk length are multiples of 16 (Triton specialises
+on that), the power of two N is a multiple of (the alignment the kernel is told); a few
+programs' sequences, at most three tiles unsplit (four where 16 needs it), three chunks of at
+most two tiles split (more where 16 needs it; with ``segs`` chunks side by side two programs'
+worth, the last one with as many chunks wholly past T as the original's last). The forced plan's
+one estimator runs into NaN-poisoned outputs, against the torch backend in float64.
 
 Under the interpreter warps and pipeline stages do not change the arithmetic, and a resident
 plan's grid barrier is a no-op (the interpreter runs the programs one after another, in an
@@ -59,13 +60,13 @@ ESTIMATOR = {
     ("SCAN", True): "scan",
     ("SCAN", False): "scan_forward",
 }
-# dtype class -> (the value dtype of the call, _plan's keywords but `aligned`, long_horizon:
-# gamma 0.9995 and lambda 1, which float32 calls accumulate in float64; not the scans)
+# dtype class -> (the value dtype of the call, _plan's keywords but `aligned`). Not collected:
+# float32 calls with float64 arithmetic (a long horizon past T = 128): their plans (acc64) added
+# no geometry of their own, and a small shape cannot keep their arithmetic
 DTYPES = {
-    "float32": (torch.float32, dict(four_byte=True), False),
-    "bfloat16": (torch.bfloat16, {}, False),
-    "float64": (torch.float64, dict(acc64=True, eight_byte=True), False),
-    "float32, float64 arithmetic": (torch.float32, dict(acc64=True), True),
+    "float32": (torch.float32, dict(four_byte=True)),
+    "bfloat16": (torch.bfloat16, {}),
+    "float64": (torch.float64, dict(acc64=True, eight_byte=True)),
 }
 STEPS = (1, 12, 16, 20, 32, 50, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 4096,
          16_384, 65_536, 65_539, 131_072, 262_144, 1_000_003, 1_048_576)  # fmt: skip
@@ -78,7 +79,6 @@ class Geometry(NamedTuple):
     reverse: bool
     time_major: bool
     dtype: torch.dtype
-    long_horizon: bool
     plan: Plan  # the H200's plan at (T, N)
     T: int
     N: int
@@ -99,9 +99,9 @@ class Geometry(NamedTuple):
 
 def _asked_as(T: int, N: int, time_major: bool) -> bool:
     """Whether the launcher plans a contiguous ``[T, N]`` (time-major) or ``[N, T]`` call with
-    that orientation: one sequence, or one step a sequence, is planned batch-major (time
-    contiguous) and time-major respectively (``_describe``)."""
-    return (N > 1 and T > 1) if time_major else (N == 1 or T > 1)
+    that orientation (``_describe``): a time-major call of one sequence, or of one step, is
+    planned batch-major."""
+    return (N > 1 and T > 1) if time_major else True
 
 
 def h200_geometries() -> list[Geometry]:
@@ -112,9 +112,7 @@ def h200_geometries() -> list[Geometry]:
     found: dict[tuple, Geometry] = {}
     try:
         for (kind, reverse), name in ESTIMATOR.items():
-            for dtype, options, long_horizon in DTYPES.values():
-                if long_horizon and kind == "SCAN":
-                    continue
+            for dtype, options in DTYPES.values():
                 grid = itertools.product(STEPS, SEQUENCES, (True, False))
                 for T, N, time_major in grid:
                     if T * N > 1 << 28 or not _asked_as(T, N, time_major):
@@ -127,41 +125,42 @@ def h200_geometries() -> list[Geometry]:
                     full = tb._full_tiles(plan, T, N, reverse)
                     tail = tb._tail_programs(plan, T, reverse)
                     key = (name, time_major, *plan[:3], *plan[5:], plan.n_chunks > 1, full, tail)
-                    found.setdefault(
-                        key, Geometry(name, reverse, time_major, dtype, long_horizon, plan, T, N)
-                    )
+                    found.setdefault(key, Geometry(name, reverse, time_major, dtype, plan, T, N))
     finally:
         tb._INTERPRETED, tb._sm_count = saved
     return list(found.values())
 
 
 def _first(start: int, every: int, like: int) -> int:
-    """The first ``x = start + k * every`` (k >= 0) that is a multiple of 16 if ``like`` is."""
+    """The first ``x = start + k * every`` (k >= 0) that is a multiple of 16 if ``like`` is,
+    and not one if ``like`` is not (``like`` itself, reachable from ``start``, at the latest)."""
     x = start
     while (x % 16 == 0) != (like % 16 == 0):
         x += every
+    assert x <= like, (start, every, like)
     return x
 
 
 def _n_class(N: int, cols: int) -> tuple[int, int]:
     """What the kernel's code depends on in N: the last program's sequences, and the largest
-    power of two dividing N up to 16 (Triton specialises integers divisible by 16; the kernel
-    is told divisibility by 2, 4 or 8: ALIGN_N)."""
+    power of two dividing N up to 16 (Triton specialises integers divisible by 16; a four-byte
+    call's kernel is told whether N is a multiple of 8: ALIGN_N; ALIGN_T, told of T, the
+    chunk and the strides, follows from T, the chunk and N)."""
     return N % cols, min(16, N & -N)
 
 
 def shrunk(g: Geometry) -> tuple[Plan, int, int]:
     """The plan's tile at a small shape that keeps what the kernel's code depends on (see the
-    module's docstring): N the same modulo the program's sequences and divisible by the same
-    power of two up to 16, the smallest such N above one program's (a resident plan's tile
-    holds every sequence: N stays); T the same modulo
-    the tile's steps, and a multiple of 16 if T was. Unsplit: at most three tiles (four where
-    16 needs it). Split: chunks of at most two tiles (a chunk of one tile stays one; a multiple
-    of 16 steps if the chunk was), three of them or more where 16 needs it (``2 x segs`` side
-    by side), the last partial where T's last tile was."""
+    module's docstring). N: the same modulo the program's sequences and divisible by the same
+    power of two up to 16, the smallest such N above one program's (or N itself). T: the same
+    modulo the tile's steps, and a multiple of 16 if T was. Unsplit: at most three tiles (four
+    where 16 needs it). Split: chunks of at most two tiles (a chunk of one tile stays one; a
+    multiple of 16 steps if the chunk was, up to four tiles then), three of them (more where 16
+    needs it); with chunks side by side, two programs' worth, the last program with as many
+    chunks holding steps as the original's last (the others wholly past T)."""
     p = g.plan
     cols, step = p.cols, p.block_t * p.unroll
-    N = g.N if p.resident or g.N <= cols else cols + 1
+    N = g.N if g.N <= cols else cols + 1
     while _n_class(N, cols) != _n_class(g.N, cols):
         N += 1
     tail = g.T % step or step  # (the last tile's steps)
@@ -169,7 +168,10 @@ def shrunk(g: Geometry) -> tuple[Plan, int, int]:
         T = g.T if g.T <= 3 * step else _first(2 * step + tail, step, g.T)
         return p._replace(chunk=triton.cdiv(T, step) * step), T, N
     chunk = _first(min(p.chunk, 2 * step), step, p.chunk)  # (<= p.chunk, which qualifies)
-    T = _first(chunk * (2 * p.segs - 1 if p.segs > 1 else 2) + tail, step, g.T)
+    # chunks holding steps: 3, or with chunks side by side a program's and the original last
+    # program's
+    held = 3 if p.segs == 1 else p.segs + triton.cdiv(g.T, p.chunk) - (p.n_chunks - p.segs)
+    T = _first(chunk * (held - 1) + tail, step, g.T)
     return p._replace(chunk=chunk, n_chunks=triton.cdiv(T, chunk * p.segs) * p.segs), T, N
 
 
@@ -219,7 +221,7 @@ def test_h200_tile_geometry(g, device, monkeypatch):
     shape, time_dim = ((T, N), 0) if g.time_major else ((N, T), 1)
     gen = torch.Generator(device=device).manual_seed(T + N)
     d = random_step_inputs(shape, time_dim, g.dtype, gen)
-    run = dict(only={g.estimator}, long_horizon=g.long_horizon)
+    run = dict(only={g.estimator})
     forget_launches()
     try:
         out_like = torch.empty(shape, dtype=g.dtype, device=device)
