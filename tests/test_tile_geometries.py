@@ -41,6 +41,7 @@ import triton
 from _support import (
     as_float64,
     close_all_to_float64,
+    described_launch,
     forget_launches,
     random_step_inputs,
     run_every_estimator,
@@ -222,11 +223,11 @@ def test_h200_tile_geometry(g, device, monkeypatch):
     gen = torch.Generator(device=device).manual_seed(T + N)
     d = random_step_inputs(shape, time_dim, g.dtype, gen)
     run = dict(only={g.estimator})
-    forget_launches()
+    out_like = torch.empty(shape, dtype=g.dtype, device=device)
     try:
-        out_like = torch.empty(shape, dtype=g.dtype, device=device)
-        got = run_every_estimator(d, time_dim, "triton", out_like=out_like, **run)
-        (launch,) = tb._LAUNCHES.values()
+        got, launch = described_launch(
+            run_every_estimator, d, time_dim, "triton", out_like=out_like, **run
+        )
     finally:
         forget_launches()  # (launches described with the forced plan)
     assert asked == [(T, N, g.time_major)], "the launcher planned another orientation"
