@@ -448,8 +448,9 @@ def test_batch_major_short_rows_in_tiles_of_sequences():
 def test_batch_major_short_rows_every_estimator(T, N, dtype):
     """Batch-major short rows in the tiles of sweep 45 where SHAPES has none: masked sequences
     in V-trace's 32 x 4 tiles (T = 20, not in float64) and in the 128 x 4 tiles of the lighter
-    estimators (T = 100), and V-trace's one-warp 256-step tiles below 8 x SMs sequences, whose
-    backward states compose by eights (T = 200); NaN-poisoned outputs against float64."""
+    estimators (T = 100), and every estimator's one-warp 256-step tiles below 8 x SMs
+    sequences, whose backward states compose by eights (T = 200); NaN-poisoned outputs against
+    float64."""
     from rl_triton_core.triton_backend import kernels
 
     launches = _launches_against_float64(T, N, dtype, f"short batch-major rows {dtype}", 1)
@@ -461,6 +462,7 @@ def test_batch_major_short_rows_every_estimator(T, N, dtype):
         want = (traces, (128, 4), 2)
     else:
         want = (vtrace, (256, 1), 1)
+        assert {tile[1:] for tile in tiles} == {((256, 1), 1)}, tiles
     assert want in tiles, tiles
     assert all(launch.plan.n_chunks == 1 for _, _, launch in launches)
 

@@ -392,10 +392,12 @@ def test_short_batch_major_rows_in_tiles_of_whole_sequences(h200):
     assert tb._plan(gae.value, 16, 65_536, True, H200)[:2] != (16, 16)  # time-major
 
 
-def test_batch_major_vtrace_of_few_sequences_unsplit(h200):
-    """Batch-major V-trace at 64 < T <= 256 with 2 to 8 x SMs - 1 sequences: one one-warp tile
-    of next_pow2(T) steps a sequence, unsplit (sweep 45, set AL); outside, the plans of before
-    (its 64 x 4 tiles of 4 warps, split past T = 128; a program a sequence from 8 x SMs)."""
+def test_batch_major_few_sequences_in_one_warp_tiles(h200):
+    """Batch-major calls of 2 to 8 x SMs - 1 sequences at 64 < T <= 256 for V-trace (sweep 45,
+    set AL) and 128 < T <= 256 for the other estimators (sweep 46, set AN): one one-warp tile of
+    next_pow2(T) steps a sequence, unsplit; outside, the plans of before (V-trace's 64 x 4 tiles
+    of 4 warps, split past T = 128; the others' 128-step tiles of 2 warps; a program a sequence
+    from 8 x SMs)."""
     vtrace = kernels.VTRACE.value
     for T, N, block_t in ((65, 1024, 128), (128, 2, 128), (129, 1055, 256), (256, 64, 256)):
         plan = tb._plan(vtrace, T, N, False, H200)
@@ -405,4 +407,14 @@ def test_batch_major_vtrace_of_few_sequences_unsplit(h200):
     plan = tb._plan(vtrace, 256, 1, False, H200)  # (one sequence: not timed)
     assert (plan.block_t, plan.num_warps) == (128, 2)
     assert tb._plan(vtrace, 256, 1056, False, H200)[:2] == (128, 1)  # (from 8 x SMs)
-    assert tb._plan(kernels.GAE.value, 256, 1024, False, H200)[:2] == (128, 1)
+    others = (kernels.SCAN, kernels.GAE, kernels.LAMBDA, kernels.DISCOUNTED, kernels.RETRACE,
+              kernels.TRACES)  # fmt: skip
+    for kind in others:
+        for T, N in ((129, 1055), (200, 2), (256, 1024)):
+            plan = tb._plan(kind.value, T, N, False, H200, reverse=kind != kernels.TRACES)
+            got = (plan.block_t, plan.block_n, plan.num_warps, plan.n_chunks)
+            assert got == (256, 1, 1, 1), (kind, T, N, plan)
+    for T, N in ((128, 1024), (256, 1)):  # (T = 128: 0.88-1.04x, not taken; one sequence)
+        plan = tb._plan(kernels.GAE.value, T, N, False, H200, reverse=True)
+        assert (plan.block_t, plan.num_warps) == (128, 2), (T, N)
+    assert tb._plan(kernels.GAE.value, 257, 1024, False, H200)[:2] == (512, 1)

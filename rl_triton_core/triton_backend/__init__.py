@@ -178,6 +178,10 @@ def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[i
       steps (sweep 45, set AL, against its 64 x 4 tiles of 4 warps, split in two launches past
       T = 128: 0.40-0.50x the time at T of 129-256 and N of 64-1055, 0.63-0.84x at T of 65-128;
       bfloat16 and float64 0.54x and 0.55x at [256, 1024]; 2 warps 0.43-0.98x).
+    * The other estimators at 128 < T <= 256, 2 to 8 x SMs - 1 sequences: the same 256-step
+      one-warp tile (sweep 46, set AN, float32, against two 128-step tiles of 2 warps:
+      0.71-0.96x the time at [200 .. 256, 32 .. 1024], eligibility traces 1.02x at [200, 32];
+      2 warps 0.69-1.07x). At T = 128 one warp took 0.88-1.04x: not taken.
     * Up to T = 2048 (V-trace 1024) and 8 x SMs - 1 sequences (V-trace 256): one tile of
       next_pow2(T) steps, up to 8 warps (sweep 27: one sequence 0.44-0.63x the time of the
       split 128-step tiles from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16
@@ -197,7 +201,7 @@ def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[i
         at [4096 .. 65536, 600 .. 1000] (at T = 2049 0.95-1.76x; at N = 300 and 528 unsplit
         8-warp tiles 0.61-1.59x: not taken)."""
     vtrace = kind == kernels.VTRACE.value
-    if vtrace and 64 < T <= 256 and 1 < N < 8 * sms:
+    if (128 if not vtrace else 64) < T <= 256 and 1 < N < 8 * sms:
         return triton.next_power_of_2(T), 1
     if 256 < T <= (1024 if vtrace else 2048) and N <= (256 if vtrace else 8 * sms - 1):
         block_t = triton.next_power_of_2(T)
@@ -587,7 +591,7 @@ def _plan(
             prefetch = kind == kernels.TRACES.value or (kind == kernels.SCAN.value and not reverse)
         else:  # program (a warp); with few sequences, programs split along time
             block_n, unroll, target = 1, 1, 8 * sms
-            if T <= 2048:  # (T <= 256, or V-trace of one sequence from T = 1025)
+            if T <= 2048:  # (T <= 128; one sequence to T = 256, or V-trace's from 1025)
                 block_t, warps = 128, 2
             elif not reverse and N <= 64:  # forward scans (traces, episodic sums, the
                 # forward scan) of few sequences: 1024-step tiles of 8 warps in about 4 x SMs
