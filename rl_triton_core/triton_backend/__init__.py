@@ -172,16 +172,18 @@ _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65
 
 def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[int, int] | None:
     """``(block_t, num_warps)`` where a batch-major call (the caller's branch) of more than 256
-    steps (V-trace: 64) runs each sequence in one program, unsplit, instead of the plans of few
-    sequences (split one-sequence tiles; V-trace's 4-sequence tiles); None elsewhere.
+    steps (below 8 x SMs sequences: 128; V-trace: 64) runs each sequence in one program,
+    unsplit, instead of the plans of few sequences (split one-sequence tiles; unsplit 128-step
+    tiles of 2 warps at 128 < T <= 256; V-trace's 4-sequence tiles); None elsewhere.
     * V-trace at 64 < T <= 256, 2 to 8 x SMs - 1 sequences: one one-warp tile of next_pow2(T)
       steps (sweep 45, set AL, against its 64 x 4 tiles of 4 warps, split in two launches past
       T = 128: 0.40-0.50x the time at T of 129-256 and N of 64-1055, 0.63-0.84x at T of 65-128;
       bfloat16 and float64 0.54x and 0.55x at [256, 1024]; 2 warps 0.43-0.98x).
     * The other estimators at 128 < T <= 256, 2 to 8 x SMs - 1 sequences: the same 256-step
       one-warp tile (sweep 46, set AN, float32, against two 128-step tiles of 2 warps:
-      0.71-0.96x the time at [200 .. 256, 32 .. 1024], eligibility traces 1.02x at [200, 32];
-      2 warps 0.69-1.07x). At T = 128 one warp took 0.88-1.04x: not taken.
+      0.71-0.96x the time at T of 200 and 256 and N of 32-1024, eligibility traces 1.02x at
+      [200, 32]; 2 warps 0.69-1.07x; T of 129-199, 16-bit and float64 not timed). At T = 128
+      one warp took 0.88-1.04x: not taken.
     * Up to T = 2048 (V-trace 1024) and 8 x SMs - 1 sequences (V-trace 256): one tile of
       next_pow2(T) steps, up to 8 warps (sweep 27: one sequence 0.44-0.63x the time of the
       split 128-step tiles from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16
