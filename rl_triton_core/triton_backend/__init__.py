@@ -182,8 +182,9 @@ def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[i
     * The other estimators at 128 < T <= 256, 2 to 8 x SMs - 1 sequences: the same 256-step
       one-warp tile (sweep 46, set AN, float32, against two 128-step tiles of 2 warps:
       0.71-0.96x the time at T of 200 and 256 and N of 32-1024, eligibility traces 1.02x at
-      [200, 32]; 2 warps 0.69-1.07x; T of 129-199, 16-bit and float64 not timed). At T = 128
-      one warp took 0.88-1.04x: not taken.
+      [200, 32]; 2 warps 0.69-1.07x; bfloat16 0.70-0.92x at [256, 1024] and [200, 64],
+      float64 0.76-0.97x at [256, 1024]; T of 129-199 not timed). At T = 128 one warp took
+      0.88-1.04x: not taken.
     * Up to T = 2048 (V-trace 1024) and 8 x SMs - 1 sequences (V-trace 256): one tile of
       next_pow2(T) steps, up to 8 warps (sweep 27: one sequence 0.44-0.63x the time of the
       split 128-step tiles from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16
