@@ -204,7 +204,7 @@ def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[i
         at [4096 .. 65536, 600 .. 1000] (at T = 2049 0.95-1.76x; at N = 300 and 528 unsplit
         8-warp tiles 0.61-1.59x: not taken)."""
     vtrace = kind == kernels.VTRACE.value
-    if (128 if not vtrace else 64) < T <= 256 and 1 < N < 8 * sms:
+    if (64 if vtrace else 128) < T <= 256 and 1 < N < 8 * sms:
         return triton.next_power_of_2(T), 1
     if 256 < T <= (1024 if vtrace else 2048) and N <= (256 if vtrace else 8 * sms - 1):
         block_t = triton.next_power_of_2(T)
