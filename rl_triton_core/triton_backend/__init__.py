@@ -117,92 +117,45 @@ class Plan(NamedTuple):
         return self.block_n // self.segs
 
 
-# Estimators whose few-long-sequence plan runs several chunks side by side in a program
-# (sweep 11: faster there for these three, slower for the estimators that read more inputs).
+# Estimator sets of the plan rules below; why each holds which estimators: docs/plans.md.
+# The estimators with the fewest inputs: few long sequences run chunks side by side from
+# T = 65536; batch-major rows of 65-128 steps run 128 x 4 tiles (_short_rows).
 _SIDE_BY_SIDE = (kernels.DISCOUNTED.value, kernels.TRACES.value, kernels.SCAN.value)
-# Estimators whose plans prefetch (sweep 12): time-major with a warp per 32 columns
-# 0.92-0.98x the time (V-trace, in that plan since sweep 22, 0.65x at [1024, 65536]; Retrace
-# 1.0x, and since sweep 35 in whole tiles: see _plan), few long sequences (8 x 16
-# tiles) 0.78x for V-trace and 0.95x for GAE (GAE's values tile is carried for its returns),
-# batch-major one-sequence programs 0.90x for eligibility traces / episodic sums; elsewhere
-# 0.98-1.7x, no gain beyond noise. (Since sweep 37 not TD(lambda)'s partial tiles of columns,
-# nor float64's: see _plan.)
+# Prefetching: the wide one-warp tiles (time-major), and few long sequences.
 _PREFETCH_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.VTRACE.value, kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
-# Estimators whose forward scans of float32 values run time-major tiles of 8 rows and 128
-# columns from N = 65536 (below T = 32 since sweep 26), each thread holding 8 rows of 4 columns
-# (the scan in its registers, 16-byte accesses; a warp per 128 columns), prefetching (sweep 22:
-# 0.86-0.91x the time of the 4 x 32 tiles at [64 .. 1024, 65536], 0.93-1.00x at T = 16; the
-# reverse scan 1.03-1.05x and discounted returns 1.19x at N = 65536; bfloat16 traces 1.10x, a
-# bfloat16 tile of 128 columns spanning two rows of lanes, though the bfloat16 forward scan
-# measured 0.94x: one rule, by element size).
+# Forward scans of float32 values from N = 65536 below T = 32: 8 x 128 tiles, a thread holding
+# 8 rows of 4 columns (the scan in its registers).
 _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
-# Estimators whose wide time-major plans (below) run one-warp tiles of 8 rows and 16 columns,
-# prefetching, in place of a warp per 32 columns in 4-row tiles, from N = 65536 and T = 64
-# (sweep 23: 0.79-0.97x the time at T = 64 .. 1024; TD(lambda) 1.02x at T = 64; 0.95-1.09x
-# at T = 16 and 32), GAE only with 4-byte values (bfloat16 1.03-1.04x); V-trace (1.19-1.36x)
-# and Retrace (1.09-1.16x) keep 4 x 32. At 16384 <= N < 65536 (T < 256) every estimator but
-# Retrace (1.08-1.11x; bfloat16 0.93x) runs them: 0.54-0.95x the time, TD(lambda) 1.01x at
-# [16, 16384]. (Ratios: best of two rounds each; see the sweep.) Since sweep 26 the pipelined
-# tiles take every call from T = 32 but Retrace's and float64 ones (since sweep 34 Retrace's
-# too from N = 65536): these tiles now run float64 calls (from N = 65536 from T = 64, not
-# GAE's) and, at 16384 <= N < 65536, the other calls below T = 32. (Since sweep 37 float64's
-# do not prefetch from N = 65536: see _plan.)
+# The wide time-major tiles of 8 rows and 16 columns in place of a warp per 32 columns.
 _ONE_WARP_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
-# Estimators whose time-major plans at N = 2 and 4 run resident (sweep 19; the scan, traces and
-# Retrace measured 0.98-1.27x the time of the plans they keep).
+# Time-major pairs and fours of sequences run resident (_resident_plan).
 _RESIDENT_FEW = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                  kernels.VTRACE.value)  # fmt: skip
-# The most sequences at which an estimator's few-long plan runs 4- or 8-column chunks side by
-# side in 64-column tiles (sweep 16: 0.58-0.97x the time of 8 x 16 tiles, which leave 12 of 16
-# columns idle at N = 4, for these four; V-trace, traces and the scan no faster; GAE and
-# discounted returns slower at N = 8, TD(lambda) and Retrace 0.83-0.97x there).
+# Few long sequences: the most sequences run as 4- or 8-column chunks side by side in
+# 64-column tiles.
 _NARROW_SIDE_BY_SIDE = {kernels.GAE.value: 4, kernels.DISCOUNTED.value: 4,
                         kernels.LAMBDA.value: 8, kernels.RETRACE.value: 8}  # fmt: skip
-# Estimators whose few-long plan (time-major, 8 < N <= 16) pipelines its tile loop in 8 x 16
-# one-warp tiles in 3 stages from the T given (sweep 26: 0.72-0.98x the time of chunks side by
-# side at [65536 .. 1048576, 16]; Retrace 0.92-0.94x that of its 8 x 16 tiles unpipelined at
-# [131072, 16], 1.02-1.05x at [65536, 16]; GAE, TD(lambda) and V-trace 0.98-1.08x at
-# [131072, 16], not taken)
+# Few long sequences, 8 < N <= 16: 8 x 16 tiles pipelined in 3 stages from the T given.
 _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65536,
                        kernels.SCAN.value: 65536, kernels.RETRACE.value: 131072}  # fmt: skip
 
 
 def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[int, int] | None:
-    """``(block_t, num_warps)`` where a batch-major call (the caller's branch) of more than 256
-    steps (below 8 x SMs sequences: 128; V-trace: 64) runs each sequence in one program,
-    unsplit, instead of the plans of few sequences (split one-sequence tiles; unsplit 128-step
-    tiles of 2 warps at 128 < T <= 256; V-trace's 4-sequence tiles); None elsewhere.
-    * V-trace at 64 < T <= 256, 2 to 8 x SMs - 1 sequences: one one-warp tile of next_pow2(T)
-      steps (sweep 45, set AL, against its 64 x 4 tiles of 4 warps, split in two launches past
-      T = 128: 0.40-0.50x the time at T of 129-256 and N of 64-1055, 0.63-0.84x at T of 65-128;
-      bfloat16 and float64 0.54x and 0.55x at [256, 1024]; 2 warps 0.43-0.98x).
-    * The other estimators at 128 < T <= 256, 2 to 8 x SMs - 1 sequences: the same 256-step
-      one-warp tile (sweep 46, set AN, float32, against two 128-step tiles of 2 warps:
-      0.71-0.96x the time at T of 200 and 256 and N of 32-1024, eligibility traces 1.02x at
-      [200, 32]; 2 warps 0.69-1.07x; bfloat16 0.70-0.92x at [256, 1024] and [200, 64],
-      float64 0.76-0.97x at [256, 1024]; T of 129-199 not timed). At T = 128 one warp took
-      0.88-1.04x: not taken.
-    * Up to T = 2048 (V-trace 1024) and 8 x SMs - 1 sequences (V-trace 256): one tile of
-      next_pow2(T) steps, up to 8 warps (sweep 27: one sequence 0.44-0.63x the time of the
-      split 128-step tiles from T = 300 to 2048, V-trace 0.79x at T = 1000, 1.27x at 2048; 2-16
-      sequences 0.39-0.69x at [600 .. 2048, 2 .. 16]. Sweep 28: 32-1000 sequences 0.43-0.78x
-      at [300 .. 2048, 32 .. 1000]; V-trace 0.59-0.98x the time of its 4-column tiles at
-      [512 .. 1024, 4 .. 256], 1.18-1.25x at T = 2048 and 1.31x at [1024, 512]; from N = 8 x
-      SMs 0.97-1.99x that of the one-warp 256-step tiles).
-    * Past T = 2048, below 8 x SMs sequences, a walk of several tiles (sweep 30, H200,
-      float32; 8-warp programs fit 4 an SM, 4-warp ones 8):
-      - forward scans of up to 4 x SMs sequences (65 or more up to T = 4096, 256 or more at
-        any T): 2048-step tiles of 8 warps, 0.60-0.98x the time at [2049 .. 131072, 65 .. 528]
-        (at N = 528 and T of 2049-3000 0.98-1.05x; below N = 256 past T = 4096 0.89-2.16x, not
-        taken); of more, 512-step tiles of 4 warps, 0.61-0.86x at [2049 .. 65536, 600 .. 1000]
-        (2048-step tiles there 0.97-1.13x at T = 2049: a second tile of one step);
-      - backward scans of more than 4 x SMs sequences from T = 4096, V-trace's aside (1.6-4.0x
-        in unsplit tiles of 4-8 warps at N = 300-1000): 1024-step tiles of 4 warps, 0.55-0.98x
-        at [4096 .. 65536, 600 .. 1000] (at T = 2049 0.95-1.76x; at N = 300 and 528 unsplit
-        8-warp tiles 0.61-1.59x: not taken)."""
+    """``(block_t, num_warps)`` where a batch-major call (the caller's branch) runs each
+    sequence in one program, unsplit, instead of the plans of few sequences; None elsewhere
+    (docs/plans.md#a-program-a-sequence-unsplit-_unsplit_walk, sweeps 27-30, 45 and 46):
+
+    * 128 < T <= 256 (V-trace: 64 < T), 2 to 8 x SMs - 1 sequences: one one-warp tile of
+      next_pow2(T) steps;
+    * up to T = 2048 (V-trace 1024) and 8 x SMs - 1 sequences (V-trace 256): one tile of
+      next_pow2(T) steps, up to 8 warps;
+    * past T = 2048, below 8 x SMs sequences, a walk of several tiles: forward scans of more
+      than 64 sequences up to T = 4096, of 256 or more past it, in 2048-step tiles of 8 warps
+      (512-step tiles of 4 warps beyond 4 x SMs sequences); backward scans (not V-trace's) of
+      more than 4 x SMs sequences from T = 4096 in 1024-step tiles of 4 warps."""
     vtrace = kind == kernels.VTRACE.value
     if (64 if vtrace else 128) < T <= 256 and 1 < N < 8 * sms:
         return triton.next_power_of_2(T), 1
@@ -220,25 +173,14 @@ def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[i
 
 def _short_rows(kind: int, T: int, N: int, eight_byte: bool) -> tuple[int, int, int] | None:
     """``(block_t, block_n, num_warps)`` where a batch-major call (the caller's branch) of
-    short rows runs tiles of several whole sequences, one tile a program; None elsewhere.
-    Before, each sequence was a program of its own, whose 128-step tile had 112 masked steps
-    at T = 16: the time was that of the number of programs (at N = 65536 44-46 us at any T up
-    to 128 for GAE, TD(lambda), discounted returns, traces and the scans, Retrace 45-48 to
-    T = 64; two copies of a [16, 65536] tensor take 10.8).
-    * Up to T = 64 (V-trace to 32, from N = 16384, not in float64), from N = 1024 (4096 past
+    short rows runs tiles of several whole sequences, one tile a program; None elsewhere
+    (docs/plans.md#short-rows-_short_rows, sweep 45):
+
+    * up to T = 64 (V-trace to 32, from N = 16384, not in float64), from N = 1024 (4096 past
       T = 32): one-warp tiles of next_pow2(T) steps (at least 16) and 256 elements (V-trace,
-      and Retrace to T = 16: 128). Sweep 45 (graph replay, L2 flushed, against the plans
-      before; set AJ): float32 at 16 shapes of T 1-64 and N 4096-100000, 0.17-0.99x the time
-      ([16, 65536] 0.18-0.52x, [64, 4096] 0.75-0.94x; each the new median over the one
-      before); at T of 16-32 and N of 1024-2048 0.69-1.02x; bfloat16 and float16 at
-      [16, 65536], [32, 16384] and [64, 4096] 0.18-0.90x; float64 at [32, 16384] 0.56-0.87x,
-      but V-trace 1.08x (not taken). Not taken either: [64, 2048] (0.85-1.12x); V-trace at
-      [16, 4096] (1.07x in 16 x 8 tiles, set AI) and at T = 64 (1.00-1.34x).
-    * 65-128 steps, discounted returns, eligibility traces, episodic sums and the scans (the
-      estimators with the fewest inputs), from N = 4096: 128 x 4 tiles of 2 warps (set AK:
-      0.54-0.81x the time at [96 .. 128, 65536], 0.71-0.93x at [128, 16384], 0.86-1.00x at
-      [128, 4096]; GAE 0.94-1.13x and TD(lambda) 0.90-1.07x in these or 128 x 2 tiles: not
-      taken; the forward scan untimed: traces and episodic sums, forward scans too, were)."""
+      and Retrace to T = 16: 128);
+    * 65-128 steps from N = 4096, the estimators of ``_SIDE_BY_SIDE``: 128 x 4 tiles of 2
+      warps."""
     vtrace = kind == kernels.VTRACE.value
     if T <= 64 and N >= (1024 if T <= 32 else 4096):
         if vtrace and (T > 32 or N < 16384 or eight_byte):
@@ -257,12 +199,9 @@ _NO_RESIDENT: set[torch.device] = set()
 
 def _resident_plan(kind: int, T: int, N: int, time_major: bool, sms: int) -> Plan | None:
     """A split scan in one cooperative launch (``Plan.resident``) where sweep 19 timed it
-    faster than the plans of ``_plan`` on an H200: time-major pairs and fours of sequences
-    with 131072 < T <= 262144 (timed at 200003 and 262144) for GAE, TD(lambda), discounted
-    returns and V-trace, 0.48-0.72x the time; one sequence of 524288 < T steps (timed at
-    10^6 and 2^20) for V-trace, 0.69x. None elsewhere: at N = 8 and 16 it measured 1.0-5.0x
-    the time; one sequence of the other estimators 0.87-1.07x at 2^20 and some 0.85-0.88x at
-    131072, one sample each (not taken).
+    faster than the plans of ``_plan`` (docs/plans.md#resident-plans-_resident_plan):
+    time-major pairs and fours of sequences with 131072 < T <= 262144 for ``_RESIDENT_FEW``;
+    V-trace of one sequence of more than 524288 steps. None elsewhere.
     A program of w warps uses at most 255 registers a thread, so 8 / w of them fit on an SM
     whatever the kernel: the launch has at most 8 / w x SMs programs, all resident."""
     if time_major and N in (2, 4) and 131072 < T <= 262144 and kind in _RESIDENT_FEW:
@@ -280,13 +219,9 @@ def _resident_plan(kind: int, T: int, N: int, time_major: bool, sms: int) -> Pla
 def _columns_allow_prefetch(kind: int, N: int, cols: int, reverse: bool, eight_byte: bool) -> bool:
     """Whether a one-warp 4 x 32 tile of ``cols`` columns may prefetch, as far as its columns
     go: TD(lambda)'s and float64's backward scans do not where N is not a multiple of ``cols``
-    (a partial tile of columns). Sweep 37 (graph replay, L2 flushed; each plan against itself
-    with prefetch flipped): TD(lambda) without prefetch 0.86-0.96x the time in float32 and
-    16-bit at T of 8-4096 (on unaligned 16-bit rows 0.91-0.95x, where the other estimators took
-    1.03-2.18x; whole columns 0.98-1.06x, T = 31 included); float64 V-trace 0.49-0.64x, GAE
-    0.86-0.95x, discounted returns 0.91-0.96x, the backward scan 0.99-1.03x at T of 16-128 and
-    N of 65544-131080 (partial only in steps: not timed). Float64 is ``eight_byte`` (float64
-    outputs): float32 calls that accumulate in float64 were not timed and follow float32's."""
+    (a partial tile of columns; sweep 37, docs/plans.md#prefetch-in-partial-tiles-of-columns).
+    Float64 is ``eight_byte`` (float64 outputs): float32 calls that accumulate in float64
+    follow float32's."""
     return N % cols == 0 or not (reverse and (eight_byte or kind == kernels.LAMBDA.value))
 
 
@@ -310,9 +245,9 @@ def _plan(
     value or per-step coefficient tensor of contiguous rows has a time stride that is not a
     multiple of 16 elements (computed in ``_describe``).
 
-    The shapes come from sweeps of GAE on an H200 (benchmarks/sweep_tiles.py, results in
-    benchmarks/results/sweep_tiles_h200.txt); where no sweep covered a case, the previous
-    choice stays.
+    The rules come from sweeps on an H200 (benchmarks/sweep_tiles.py and sweep_plans.py,
+    results in benchmarks/results/sweep_tiles_h200.txt); docs/plans.md gives each rule's
+    measurements, in this order. Where no sweep covered a case, the previous choice stays.
     """
     max_chunks = 4096  # (the two-level carry-in keeps the fold short; see _group_size)
     vtrace = kind == kernels.VTRACE.value
@@ -346,31 +281,15 @@ def _plan(
         resident = _resident_plan(kind, T, N, time_major, sms) if resident_ok else None
         if resident is not None:
             return resident
-        # Enough sequences for one-warp tiles without a split. V-trace's plans there (sweep 22,
-        # timed to T = 1024: 0.52-0.80x the time of its row-walking plan below in float32,
-        # 0.96x in bfloat16; 1.3-1.6x at N = 16384 and 32768 from T = 256, which keep it;
-        # sweep 23: 0.54-0.86x the time of its plans before at N >= 16384 below T = 256)
-        many = N >= 65536 or (N >= 16384 and T < 256)
+        many = N >= 65536 or (N >= 16384 and T < 256)  # one-warp tiles without a split
         wide = time_major and N > 16 and (not vtrace or many)
         heavy = vtrace or retrace
         long_enough = 512 if heavy and N < 16384 else 256
         min_chunk = None  # default: 4 tiles (2 along a contiguous time axis)
         if time_major and N >= 16384 and T >= 32 and reverse and not aligned and not acc64:
-            # backward scans of 16-bit rows whose time stride is not a multiple of 16
-            # elements (no divisibility hint), where the pipelined tiles below would run:
-            # one-warp 4 x 32 tiles (Retrace 8 x 16), prefetching, unpipelined, no split.
-            # Triton's pipelined loads (cp.async, 4 bytes or more) cannot copy 2-byte elements
-            # at rows of unknown alignment: offline (sm_90 SASS, Triton 3.6) GAE's 8 x 32 tile
-            # at [512, 33000] in bfloat16 issues no asynchronous copy at all, 4 plain loads an
-            # element. Sweep 35, bfloat16 and float16 at [512, 33000], [256, 65000],
-            # [1024, 16392], [128, 65544] and [64, 20008], against the plans before (pipelined
-            # but Retrace's at [64, 20008]): GAE 0.40-0.60x the time, TD(lambda) 0.52-0.84x,
-            # discounted returns 0.45-0.99x, V-trace 0.50-0.79x, Retrace 0.59-0.86x (bfloat16
-            # in 4 x 32 tiles at the first four shapes 0.99-1.16x), the backward scan
-            # 0.73-0.97x. Forward scans (eligibility traces, episodic sums) took 1.21-2.12x in
-            # these tiles, and float32 rows 0.54-2.21x across estimators in either tile: they
-            # stay pipelined. TD(lambda) prefetches only in whole columns (contiguous rows of
-            # unknown alignment have partial ones: N is not a multiple of 16).
+            # backward scans of 16-bit rows of unknown alignment, where the pipelined tiles
+            # below could not copy them asynchronously: one-warp 4 x 32 tiles (Retrace 8 x 16),
+            # prefetching, unpipelined, no split (sweep 35: 0.40-0.99x the time)
             block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0
             prefetch = _columns_allow_prefetch(kind, N, block_n, reverse, eight_byte)
             if retrace:
@@ -381,46 +300,12 @@ def _plan(
             and T >= 32
             and not acc64
         ):
-            # one-warp 8 x 32 tiles (V-trace 4 x 32) in a tile loop software-pipelined by
-            # Triton in 3 stages (its loads issued asynchronously, stages ahead), no split
-            # (sweep 26: 0.71-0.99x the time of the plans below at [32 .. 1024, 65536] and
-            # [128, 16384], bfloat16 0.70-0.93x at [1024, 65536]; at T = 16 0.90-1.13x, and
-            # Retrace 1.03-1.09x in 8 x 32 tiles then: not taken).
-            # From [256, 65536] in float32, GAE in 4 x 32 tiles (4 x 64 since sweep 43, below) and
-            # V-trace in 4 x 64 (sweep 27: 0.94-0.98x and 0.98-0.99x the time at T of 256-1024,
-            # V-trace 0.98x in three harness rounds at [1024, 65536] against one outlier at 1.08x;
-            # 1.00-1.01x at T = 64; 1.15x and 1.47x at [128, 16384]; in bfloat16 1.08x and 1.19x;
-            # the other estimators 1.02-1.19x in 4 x 32 tiles).
-            # Sweep 34 (float32 and bfloat16, against the plans before):
-            # * from N = 32768 at T >= 256 too (below T = 256 these shapes ran these tiles
-            #   already), in 8 x 32 tiles (V-trace 4 x 32), not the 4 x 32 or 4 x 64 that
-            #   float32 GAE and V-trace run from [256, 65536]; before, the 16-column tiles of
-            #   the branch below: 0.65-0.98x the time at [512, 32768], [2048, 32768] and
-            #   [1024, 49152] (discounted returns, traces and episodic sums 1.07x at
-            #   [512, 32768] in float32), V-trace 0.71-0.88x, linear_scan 0.75-1.00x. At
-            #   N = 16384 these tiles took 1.11-1.56x, at 24576 0.98-1.27x: not taken (Retrace
-            #   there 0.84-1.01x and 0.73-0.89x: not validated, a lead);
-            # * Retrace from N = 65536 (4 x 32 tiles unpipelined before) in 4 x 32 tiles,
-            #   4 x 64 from T = 256: bfloat16 0.82-0.92x at T of 32-128, 0.73x at [1024, 65536],
-            #   0.81-0.95x at N = 131072; float32 0.94-1.01x (its time at [1024, 65536] was
-            #   1.03x the floor); float16 0.82-0.92x at T of 32-128, 0.76-0.79x at 256-1024;
-            # * from N = 131072 in 4 x 64 tiles (8 x 32 before; float32 GAE from T = 256 4 x 32,
-            #   Retrace 4 x 32 unpipelined): 0.76-0.94x at T of 256 and 1024, 0.86-1.02x at
-            #   T of 32 and 128 (float32 traces 1.01x, the scan 1.02x at T = 32); V-trace in
-            #   float32 back in 4 x 32 tiles there: 0.85x and 0.91x.
-            # Sweep 35 (Retrace, float32, bfloat16 and float16, against the plans before):
-            # * at 16384 <= N < 65536 from T = 32 (4 x 32 tiles unpipelined before) in 8 x 32
-            #   tiles: 0.63-0.91x the time at T of 32-200;
-            # * from N = 20480 at T >= 256 (8 x 16 tiles in 4 stages before) in 8 x 32 tiles:
-            #   0.61-0.99x at N of 20480-28672 (at N = 16384 bfloat16 took 1.09-1.17x).
+            # many sequences: one-warp 8 x 32 tiles (V-trace 4 x 32) in a tile loop
+            # software-pipelined by Triton in 3 stages, no split (sweeps 26, 27, 34 and 35:
+            # 0.61-1.01x the time); 4 x 64 tiles from N = 131072 (V-trace 4 x 32), for Retrace
+            # from 65536 (from T = 256; 4 x 32 below) and, in float32 from T = 256, for V-trace
+            # from 65536, GAE from 57344 and Retrace from 49152 (sweeps 27, 34 and 43)
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
-            # Sweep 43 (float32, T of 256 and 1024, N of 32768-65536, against 8 x 32): 4 x 64
-            # tiles from N = 57344 for GAE (0.96x and 1.00x the time there, 0.82x and 0.94x at
-            # 65528, 1.06-1.24x below 57344; at 65536 0.99-1.00x its 4 x 32 tiles of before)
-            # and from 49152 for Retrace (0.92-0.98x, 0.79-0.89x at 65528; 1.05x at 32768); the
-            # new rule against the plans before at T of 256-2048: GAE 0.80-1.01x, Retrace
-            # 0.77-1.00x. V-trace's unchanged (4 x 64 at N = 65528: 0.88x at T = 1024, 1.07x at
-            # T = 256).
             if retrace and N >= 65536:
                 block_t, block_n = 4, 64 if T >= 256 else 32
             if N >= 131072:
@@ -433,10 +318,10 @@ def _plan(
         elif wide and N >= 65536 and four_byte and not reverse and kind in _IN_THREAD_ROWS:
             # a warp per 128 columns, each thread holding 8 rows of 4 (sweep 22), no split
             block_t, block_n, unroll, warps, target, prefetch = 8, 128, 1, 1, 0, True
-        elif wide and many:  # one-warp tiles, no split:
-            block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0  # a warp per 32 columns,
-            # or 8 x 16 tiles (see _ONE_WARP_WIDE); float64 TD(lambda) never prefetches (sweep
-            # 37: without 0.84-1.01x the time in partial tiles of columns, 0.86-0.94x whole)
+        elif wide and many:  # one-warp tiles, no split: a warp per 32 columns, or 8 x 16 tiles
+            block_t, block_n, unroll, warps, target = 4, 32, 1, 1, 0
+            # prefetching (sweep 12) where the columns allow it, but not float64 TD(lambda)
+            # (sweep 37)
             lambda64 = eight_byte and kind == kernels.LAMBDA.value
             prefetch = (
                 kind in _PREFETCH_WIDE
@@ -444,34 +329,17 @@ def _plan(
                 and _columns_allow_prefetch(kind, N, block_n, reverse, eight_byte)
             )
             if retrace:  # (below T = 32, or accumulating in float64) prefetching in whole
-                # tiles (T and N multiples of 4 and 32), which then run unmasked, but not in
-                # float64 (1.07-1.13x the time; sweep 35). Bfloat16 needed masks without
-                # prefetch (see _full_tiles); with it 0.96-1.10x the time of the masked tiles
-                # at T of 8-28 and N of 16384-131072, unmasked without it 1.07-1.29x; float32
-                # and float16 0.96-1.06x (sweeps 35-36). Partial tiles (masked either way) do
-                # not prefetch: with it 1.12-1.27x the time in 16-bit at T of 25 and 31,
-                # 1.00-1.04x in float32 (sweep 36), 1.04-1.14x in partial tiles of columns (sweep
-                # 37, float32 and 16-bit).
+                # tiles only, which then run unmasked, but not in float64 (sweeps 35-37)
                 prefetch = whole_only = not acc64
             if (not retrace and N < 65536) or (
                 T >= 64 and kind in _ONE_WARP_WIDE and kind != kernels.GAE.value
             ):
-                # prefetching, partial tiles too (TD(lambda) without: 1.20-1.27x the time in
-                # 16-bit at [25, 16392] and [16, 33000]), but not in float64 from N = 65536
-                # (sweep 37: TD(lambda) 0.71-0.80x the time at T of 64-1024, discounted returns
-                # 0.85-0.91x, traces and episodic sums 0.86-1.01x, the scans 0.99-1.02x; but
-                # TD(lambda) 1.23x at [128, 65544], partial in columns)
+                # 8 x 16 tiles (sweep 23), prefetching in partial tiles too, but not in float64
+                # from N = 65536 (sweep 37)
                 block_t, block_n, prefetch = 8, 16, not (eight_byte and N >= 65536)
         elif time_major and 16384 <= N < 32768 and not acc64:  # (T >= 256: not `many`)
             # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages (GAE 3),
-            # no split (sweep 26: 0.58-0.88x the time of the split plans below at [256 ..
-            # 4096, 16384], discounted returns 0.92-1.00x; GAE's 3 stages 0.94-0.97x the time
-            # of 4 at [512, 16384] and [4096, 16384] in sweep 27, 0.94-0.98x in sweep 26).
-            # 16-bit values too since sweep 33: in bfloat16 0.47-0.92x the time of the plans
-            # below at [256, 16384], [2048, 32768] and [4096, 16384] (GAE 0.77-0.86x), but
-            # Retrace 1.00x at [2048, 32768]; float16 not timed; float64 keeps the plans below.
-            # (From N = 32768 the pipelined branch above takes these calls since sweep 34,
-            # Retrace's from N = 20480 since sweep 35.)
+            # no split (sweeps 26, 27 and 33: 0.47-1.00x the time of the plans before)
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
             if kind == kernels.GAE.value:
                 stages = 3
@@ -483,18 +351,9 @@ def _plan(
             and aligned
             and not acc64
         ):
-            # PPO-sized rollouts: narrow one-warp tiles in a loop software-pipelined in 3-4
-            # stages, no split, so that there are N / 8 (from N = 4096: 16 x 8 tiles, 4 stages)
-            # or N / 4 programs (64 x 4 tiles, 3 stages). Sweep 44 (graph replay, L2 flushed),
-            # against the plans before (64 x 16 or 128 x 16 tiles of 8 warps; from T = 256 the
-            # split 4 x 64 tiles, V-trace and Retrace from 512), every estimator (the forward
-            # linear_scan untimed: traces and episodic sums are forward scans), float32 at 15
-            # shapes of T 40-512 and N 1024-12288: 0.49-0.99x the time ([128, 4096] 0.71-0.89x,
-            # [256, 1024] 0.49-0.69x), but discounted returns 1.08x at [64, 4096] and Retrace
-            # 1.03x at [48, 4096]; bfloat16 at [64, 8192], [128, 4096] and [256, 1024]
-            # 0.55-0.99x (contiguous 16-bit rows are `aligned` at N a multiple of 16 only). Not
-            # taken: bfloat16 V-trace at [512, 4096] took 1.28x; N not a multiple of 8
-            # ([128, 4095]: Retrace 1.23x, GAE 1.06x); T = 1024 (mixed, 0.53-1.50x).
+            # PPO-sized rollouts: narrow one-warp tiles pipelined in 4 stages (16 x 8) or, below
+            # N = 4096, 3 stages (64 x 4), no split (sweep 44: 0.49-0.99x the time of the 8-warp
+            # and split plans, but two rows at 1.03-1.08x)
             block_t, block_n, unroll, warps, target, stages = 16, 8, 1, 1, 0, 4
             if N < 4096:
                 block_t, block_n, stages = 64, 4, 3
@@ -505,26 +364,14 @@ def _plan(
             block_t, block_n, unroll, warps, target, one_wave = 4, 64, 1, 1, 32 * sms, True
         elif wide and N < 1024 and T >= 16384:  # a warp per 16 columns, split in chunks of
             block_t, block_n, unroll, warps, target, min_chunk = 8, 16, 1, 1, 64 * sms, 128
-            paired = not reverse  # forward chunks in pairs of tiles (sweep 39, set T: traces
-            # and episodic sums 0.66-1.02x the time, the forward scan 0.87-1.02x at 9 shapes
-            # of [200000 .. 10^6, 17 .. 200]; see the side-by-side few-long tiles below)
+            paired = not reverse  # forward chunks in pairs of tiles (sweep 39, set T)
         elif time_major and N >= 16384:  # V-trace, T >= 256 below N = 65536: each thread
             block_t, block_n, unroll, warps, target = 1, 128, 8, 2, 16 * sms  # walks its column
         elif time_major and N < 256 and T >= 512:
-            # few sequences (up to T = 16384 beyond 16 of them, but for V-trace: see above;
-            # V-trace's from T = 16384 took 0.55-0.93x the time of the split 8 x 16 tiles
-            # above, sweep 28): one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
-            # past T = 65536), at most 4096 programs along time (the two-level carry-in keeps
-            # many chunks cheap; sweep 13). Sweep 27 took these from T = 512 (they ran from
-            # T = 8192 at N <= 16 before): 0.27-0.63x the time of the 128 x 16 tiles of 8 warps
-            # below at [512 .. 4096, 2 .. 16] for every estimator (at T = 256 0.62-1.06x, at
-            # T = 128 1.11-1.49x: not taken), and 0.43-0.76x that of the 32 x 32 tiles of 8
-            # warps at [512 .. 8192, 32 .. 200] (Retrace 0.94x at [2048, 200]). From T = 65536,
-            # the estimators with the fewest inputs run 128 / cols chunks side by side in a
-            # program instead, so that each thread scans its own columns in registers (GAE,
-            # TD(lambda), V-trace and Retrace measured slower that way at N = 16); with at most
-            # 4 or 8 sequences (see _NARROW_SIDE_BY_SIDE) 64 / cols chunks side by side at any
-            # such T (sweep 16)
+            # few long sequences: one-warp programs of 8 x 16 tiles in chunks of 32 steps (64
+            # past T = 65536), at most 4096 programs along time (sweeps 13 and 27); chunks side
+            # by side in wider tiles for some estimators (sweeps 11, 16), pipelined for others
+            # (sweep 26)
             min_chunk = 32 if T <= 65536 else 64
             block_t, block_n, unroll, warps, target = 8, 16, 1, 1, 32 * sms
             prefetch = kind in _PREFETCH_FEW_LONG
@@ -535,24 +382,8 @@ def _plan(
                 stages = 3
             elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
-                # Forward scans there (traces, episodic sums, the forward scan) in chunks of
-                # an odd number of 8-step tiles beyond one took up to 2.5x the time of chunks
-                # rounded up to a multiple of 16 steps (sweep 39, set R: 0.40-1.02x the time
-                # rounded at every one of 112 such plans, N of 5-16 and T of 200000 .. 3*10^6
-                # in float64, float32, float32 accumulating in float64, bfloat16 and float16;
-                # N = 3 at 655360; 16-bit 0.49-1.02x, float32 0.40-0.99x). One-tile chunks stay
-                # (1.09-1.21x rounded, set Q), as do backward scans' (1.04-1.17x, set Q).
-                # Pipelined 8 x 16 tiles (N of 9-16) were mixed rounded (0.83-1.03x, set S).
-                # Sweep 40 paired them only where T is a multiple of 16: the fast code needs
-                # Triton's specialisation of both T and the chunk as such (otherwise ptxas spreads
-                # a tile's loads among its arithmetic, 12.7 against 2.6 cycles of long-scoreboard
-                # stall an instruction at T = 1000000 in chunks of 120 against 128; float64
-                # traces 307 us at [1000008, 12] in chunks of 128 against 135 at [1000000, 12];
-                # the 8 plans left unrounded took 0.89-0.96x the time of rounded ones at T of
-                # 327688, 1000003 and 1000008). Where T is not, T_TAIL (_tail_programs) gives
-                # the fast code back to the programs not holding step T - 1: rounded, float64
-                # traces and the forward scan at [1000008, 12] took 0.82-0.83x the time of
-                # unrounded 120-step chunks without T_TAIL (sweep 41, set X).
+                # forward chunks rounded up to a multiple of 16 steps (sweep 39), where T is
+                # one (sweep 40; else see _tail_programs)
                 paired = not reverse
         elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
@@ -560,14 +391,10 @@ def _plan(
             # V-trace and Retrace below 512)
             block_t, block_n, unroll, warps, target = 32, 32, 1, 8, 8 * sms
         elif time_major and 1 < T <= (16 if retrace else 32):
-            # short rollouts (1024 <= N < 16384): one-warp 16 x 8 tiles (sweep 23: the 64 x 16
-            # tiles of 8 warps below took 1.07-2.14x their time at T of 16-32 and N of 1024-8192;
-            # discounted returns 0.96x at [32, 4096]; Retrace 1.14-1.24x at T = 16 but
-            # 0.79-0.95x at T of 24-32; 0.85-0.89x at T = 1)
+            # short rollouts (1024 <= N < 16384): one-warp 16 x 8 tiles (sweep 23)
             block_t, block_n, unroll, warps, target = 16, 8, 1, 1, 0
-        elif time_major:  # 65-128 steps: one 128-step tile a program, 0.86-1.01x the time
-            # of two 64-step tiles at [128, 4096] (sweep 18: T = 128 only), but for V-trace
-            # (1.36x at [128, 16384], sweep 22)
+        elif time_major:  # 65-128 steps: one 128-step tile a program (sweep 18), but for
+            # V-trace (sweep 22)
             block_t = 128 if 64 < T <= 128 and not vtrace else 64
             block_n, unroll, warps, target = 16, 1, 8, 8 * sms
         elif rows := _short_rows(kind, T, N, eight_byte):
@@ -578,49 +405,29 @@ def _plan(
             # (see _unsplit_walk), no split
             (block_t, warps), block_n, unroll, target = walk, 1, 1, 0
         elif vtrace and N > 1 and (T <= 64 or (N < 8 * sms and T <= 2048)):  # its vs_{t+1}
-            # shuffle is cheap in short tiles (one sequence: 3 of their 4 columns would be
-            # padding). Sweep 22, N >= 8 x SMs: to T = 64 these tiles take 0.81-0.88x the time of
-            # a program per sequence (below); that takes 0.78-0.98x theirs from T = 128 (T of
-            # 65-127 not timed); few long sequences: see the split one-warp tiles below. Since
-            # sweep 45 _short_rows takes T <= 32 from N = 16384 (not float64), _unsplit_walk
-            # 64 < T <= 256 below 8 x SMs sequences (N > 1)
+            # shuffle is cheap in short tiles (sweep 22)
             block_t, block_n, unroll, warps, target = 64, 4, 1, 4, 8 * sms
         elif N >= 8 * sms:  # time is contiguous: a parallel scan along it, one sequence per
-            # program (a warp); V-trace in 128-step tiles (0.95-0.99x of 256 from T = 256)
+            # program (a warp); V-trace in 128-step tiles; forward scans prefetch (sweeps
+            # 12, 30)
             block_t = 128 if T <= 128 or vtrace else 256
             block_n, unroll, warps, target = 1, 1, 1, 0
-            # (the forward scan too since sweep 30: 0.45-1.04x the time without at [16 ..
-            # 65536, 1056 .. 65536])
             prefetch = kind == kernels.TRACES.value or (kind == kernels.SCAN.value and not reverse)
         else:  # program (a warp); with few sequences, programs split along time
             block_n, unroll, target = 1, 1, 8 * sms
             if T <= 2048:  # (T <= 128; one sequence to T = 256, or V-trace's from 1025)
                 block_t, warps = 128, 2
-            elif not reverse and N <= 64:  # forward scans (traces, episodic sums, the
-                # forward scan) of few sequences: 1024-step tiles of 8 warps in about 4 x SMs
-                # programs (one wave), a tile or more each (sweep 29: 0.74-1.03x the time of
-                # the plans before at [8192 .. 2097152, 1 .. 64]: the 512-step 4-warp tiles
-                # in 8 x SMs programs below, for one sequence from 2^19 1024-step tiles in
-                # 2-tile chunks; in 8 x SMs programs 0.98-1.07x, in one-tile chunks up to 1.56x)
+            elif not reverse and N <= 64:  # forward scans of few sequences: 1024-step tiles
+                # of 8 warps in about 4 x SMs programs (one wave), a tile or more each (sweep 29)
                 block_t, warps, target, min_chunk = 1024, 8, 4 * sms, 1024
             elif N == 1 and T >= 524288:  # one long sequence, backward: 1024-step tiles
-                # of 8 warps in 2-tile chunks (sweep 13). The one-warp tiles below took
-                # 0.71-0.98x the device time at [2^19 .. 2^21, 1] for GAE, TD(lambda) and
-                # discounted returns (sweep 29; Retrace, the backward scan 0.97-1.05x to 2^20,
-                # V-trace 0.35x at 2^21), but in 2048-4096 chunks, with a group pass: a third
-                # launch, which costs a full call more host time than that saves
+                # of 8 warps in 2-tile chunks (sweep 13; sweep 29's faster one-warp tiles need
+                # a third launch there)
                 block_t, warps = 1024, 8
-            elif not reverse:  # forward scans (65-255 sequences past T = 4096 since sweep 30;
-                # more: _unsplit_walk): in the one-warp tiles below traces took 1.12-1.18x the
-                # time at [131072 .. 1048576, 16] and [65536, 256], 0.82-1.02x at smaller
-                # shapes (sweep 25)
+            elif not reverse:  # forward scans (65-255 sequences past T = 4096; sweep 25)
                 block_t, warps = 512, 4
             else:  # backward scans: one-warp tiles of 256 steps (V-trace 128) scanned by
-                # fours, about 32 x SMs programs of a tile or more (sweep 25: 0.70-0.97x the
-                # time of 4-warp 512-step tiles in 8 x SMs programs from [4096, 16] to
-                # [1048576, 16] and [4096, 1000], which _unsplit_walk takes since sweep 30;
-                # V-trace 0.52-0.79x that of its 4-column tiles, of one sequence 0.81x and
-                # 1.07x at [131072, 1] and [262144, 1])
+                # fours, about 32 x SMs programs of a tile or more (sweep 25)
                 block_t, warps, target = (128 if vtrace else 256), 1, 32 * sms
                 min_chunk = block_t
         min_chunk = min_chunk or (4 if time_major else 2) * block_t * unroll
