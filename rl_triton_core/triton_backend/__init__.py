@@ -128,7 +128,8 @@ _PREFETCH_FEW_LONG = (kernels.GAE.value, kernels.VTRACE.value)
 # Forward scans of float32 values from N = 65536 below T = 32: 8 x 128 tiles, a thread holding
 # 8 rows of 4 columns (the scan in its registers).
 _IN_THREAD_ROWS = (kernels.TRACES.value, kernels.SCAN.value)
-# The wide time-major tiles of 8 rows and 16 columns in place of a warp per 32 columns.
+# From N = 65536 and T = 64 (GAE aside: see _plan), wide time-major tiles of 8 rows and 16
+# columns in place of a warp per 32 columns (below N = 65536 every estimator but Retrace).
 _ONE_WARP_WIDE = (kernels.GAE.value, kernels.LAMBDA.value, kernels.DISCOUNTED.value,
                   kernels.TRACES.value, kernels.SCAN.value)  # fmt: skip
 # Time-major pairs and fours of sequences run resident (_resident_plan).
@@ -146,7 +147,7 @@ _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65
 def _unsplit_walk(kind: int, T: int, N: int, reverse: bool, sms: int) -> tuple[int, int] | None:
     """``(block_t, num_warps)`` where a batch-major call (the caller's branch) runs each
     sequence in one program, unsplit, instead of the plans of few sequences; None elsewhere
-    (docs/plans.md#a-program-a-sequence-unsplit-_unsplit_walk, sweeps 27-30, 45 and 46):
+    (docs/plans.md#a-program-a-sequence-unsplit-_unsplit_walk, sweeps 27, 28, 30, 45, 46):
 
     * 128 < T <= 256 (V-trace: 64 < T), 2 to 8 x SMs - 1 sequences: one one-warp tile of
       next_pow2(T) steps;
@@ -302,7 +303,7 @@ def _plan(
         ):
             # many sequences: one-warp 8 x 32 tiles (V-trace 4 x 32) in a tile loop
             # software-pipelined by Triton in 3 stages, no split (sweeps 26, 27, 34 and 35:
-            # 0.61-1.01x the time); 4 x 64 tiles from N = 131072 (V-trace 4 x 32), for Retrace
+            # 0.61-1.07x the time); 4 x 64 tiles from N = 131072 (V-trace 4 x 32), for Retrace
             # from 65536 (from T = 256; 4 x 32 below) and, in float32 from T = 256, for V-trace
             # from 65536, GAE from 57344 and Retrace from 49152 (sweeps 27, 34 and 43)
             block_t, block_n, unroll, warps, target, stages = 4 if vtrace else 8, 32, 1, 1, 0, 3
@@ -353,7 +354,7 @@ def _plan(
         ):
             # PPO-sized rollouts: narrow one-warp tiles pipelined in 4 stages (16 x 8) or, below
             # N = 4096, 3 stages (64 x 4), no split (sweep 44: 0.49-0.99x the time of the 8-warp
-            # and split plans, but two rows at 1.03-1.08x)
+            # and split plans, but 1.08x and 1.03x at two shapes)
             block_t, block_n, unroll, warps, target, stages = 16, 8, 1, 1, 0, 4
             if N < 4096:
                 block_t, block_n, stages = 64, 4, 3
@@ -382,8 +383,8 @@ def _plan(
                 stages = 3
             elif T >= 65536 and kind in _SIDE_BY_SIDE:
                 block_n, target, segs = 128, 8 * sms, 128 // cols
-                # forward chunks rounded up to a multiple of 16 steps (sweep 39), where T is
-                # one (sweep 40; else see _tail_programs)
+                # forward chunks rounded up to a multiple of 16 steps at any T (sweeps 39-41;
+                # at other T _tail_programs gives the other programs the fast code)
                 paired = not reverse
         elif time_major and N <= 16:  # few sequences below T = 512: tall, narrow tiles
             block_t, block_n, unroll, warps, target = 128, 16, 1, 8, 8 * sms
