@@ -21,6 +21,12 @@ from torch import Tensor
 Coefficient = float | Tensor
 
 
+def _refuse_nested(fn: str, name: str, x: Tensor) -> None:
+    """A TypeError naming ``name`` for a nested tensor (it has no strides or single shape)."""
+    if x.is_nested:
+        raise TypeError(f"{fn}: `{name}` is a nested tensor; pass a strided (regular) tensor")
+
+
 def _name_list(names: Sequence[str]) -> str:
     return ", ".join(f"`{n}`" for n in names)
 
@@ -51,6 +57,7 @@ class Steps:
         for name, x in given:
             if not isinstance(x, Tensor):
                 raise TypeError(f"{fn}: `{name}` must be a torch.Tensor, got {type(x).__name__}")
+            _refuse_nested(fn, name, x)
             if not x.is_floating_point():
                 raise TypeError(
                     f"{fn}: `{name}` must be a floating-point tensor "
@@ -138,6 +145,7 @@ class Steps:
             return None
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
+        _refuse_nested(self.fn, name, x)
         if x.is_complex():
             raise TypeError(f"{self.fn}: `{name}` must be bool, integer or float, got {x.dtype}")
         self._check_rank_device(name, x, len(self.shape))
@@ -151,6 +159,7 @@ class Steps:
             return float(x)
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a float or a tensor, got {type(x)}")
+        _refuse_nested(self.fn, name, x)
         if not x.is_floating_point():
             raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
         if x.dim() == 0:
@@ -166,6 +175,7 @@ class Steps:
             return None
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
+        _refuse_nested(self.fn, name, x)
         if not x.is_floating_point():
             raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
         if x.device != self.device:
@@ -209,6 +219,7 @@ def check_out(fn: str, out, names: Sequence[str], shape, dtype, device) -> tuple
     if len(outs) != len(names) or not all(isinstance(o, Tensor) for o in outs):
         raise TypeError(f"{fn}: `out` must be {len(names)} tensor(s) ({_name_list(names)})")
     for o, n in zip(outs, names, strict=True):
+        _refuse_nested(fn, "out", o)
         if o.shape != shape or o.dtype != dtype or o.device != device:
             raise ValueError(
                 f"{fn}: `out` tensor for `{n}` must have shape {tuple(shape)}, dtype {dtype} "
