@@ -320,11 +320,13 @@ def build_case(
     gen: torch.Generator,
     *,
     nonzero_params: bool = False,
+    with_flags: bool = False,
 ) -> Case:
     """Random inputs for ``fn``; values quantised to ``dtype`` and kept as float64.
 
     ``nonzero_params``: gamma and lambda strictly positive (for the NaN tests, where a zero
-    discount would be a cut of its own).
+    discount would be a cut of its own). ``with_flags``: ``terminated`` (``done``) always
+    given, with at least one flag set where there is a step (for the tests of flag dtypes).
     """
     full = (T, *batch)
 
@@ -341,12 +343,15 @@ def build_case(
         mask = draw(st.lists(st.booleans(), min_size=len(full), max_size=len(full)))
         return tuple(1 if m else s for m, s in zip(mask, full))
 
-    def flag():
-        p = draw(st.sampled_from([0.0, 0.1, 0.3, 1.0]))
-        return torch.rand(bshape(), generator=gen) < p
+    def flag(some_set=False):
+        p = draw(st.sampled_from([0.1, 0.3, 1.0] if some_set else [0.0, 0.1, 0.3, 1.0]))
+        flags = torch.rand(bshape(), generator=gen) < p
+        if some_set and flags.numel() and not flags.any():
+            flags.view(-1)[int(torch.randint(flags.numel(), (), generator=gen))] = True
+        return flags
 
     def maybe_flag():
-        return flag() if draw(st.booleans()) else None
+        return flag(some_set=True) if with_flags else flag() if draw(st.booleans()) else None
 
     def param(floats, lo, hi, allow_omit=True):
         kinds = ["float", "tensor"] + (["omit"] if allow_omit else [])

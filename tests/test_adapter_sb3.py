@@ -233,6 +233,20 @@ def restore_sb3():
     rl_triton_sb3.disable()
 
 
+@pytest.fixture
+def gae_calls(monkeypatch):
+    """The ``rl_triton_core.gae`` calls the adapter makes, one entry a call (SB3's own loop
+    gives the same numbers: a test of the switch must also see that the library ran)."""
+    calls, real = [], sb3_buffers.rtc.gae
+
+    def counted(*args, **kwargs):
+        calls.append(None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sb3_buffers.rtc, "gae", counted)
+    return calls
+
+
 def test_enable_disable_restores_exactly(restore_sb3):
     originals = {
         (cls, name): cls.__dict__.get(name)
@@ -253,30 +267,39 @@ def test_enable_disable_restores_exactly(restore_sb3):
 
 
 @pytest.mark.parametrize("kind", ["rollout", "dict", "maskable", "recurrent_dict"])
-def test_enabled_sb3_classes_match_sb3(kind, restore_sb3):
+def test_enabled_sb3_classes_match_sb3(kind, restore_sb3, gae_calls):
     _, base_cls, obs, recurrent = PAIRS[kind]
     data = rollout(64, 8, seed=5)
     theirs = make(base_cls, 64, 8, obs, recurrent)
     fill(theirs, data)
     expected = compute(theirs, data)
+    assert not gae_calls
     with rl_triton_sb3.enabled():
         patched = make(base_cls, 64, 8, obs, recurrent)
         assert hasattr(patched, "_rl_triton_layout")  # SB3's reset() laid it out
-        got = compute(fill_and_return(patched, data), data)
+        fill(patched, data)
+        patched.advantages[:] = np.nan  # every element must be written
+        patched.returns[:] = np.nan
+        got = compute(patched, data)
+    assert len(gae_calls) == 1
     assert not rl_triton_sb3.is_enabled()
     assert base_cls.compute_returns_and_advantage is RolloutBuffer.compute_returns_and_advantage
     for x, e in zip(got, expected):
         assert_close(x, e)
 
 
-def test_enable_reaches_a_buffer_built_before(restore_sb3):
+def test_enable_reaches_a_buffer_built_before(restore_sb3, gae_calls):
     """A buffer filled before enable() (SB3's own arrays) is copied into the layout once."""
     data = rollout(32, 4, seed=6)
     buffer = fill_and_return(make(RolloutBuffer, 32, 4), data)
     expected = [x.clone() for x in compute(buffer, data)]
-    buffer.advantages[:] = np.nan
     with rl_triton_sb3.enabled():
+        sb3_buffers.layout_of(buffer)  # (what the patched compute does first: adopt the data)
+        assert np.array_equal(buffer.rewards, data["rewards"])
+        buffer.advantages[:] = np.nan  # the adopted outputs: every element must be written
+        buffer.returns[:] = np.nan
         got = compute(buffer, data)
+    assert len(gae_calls) == 1
     for x, e in zip(got, expected):
         assert_close(x, e)
 
@@ -321,13 +344,15 @@ def test_ppo_learn_same_as_with_sb3_buffer():
     assert_same_training(train_log(PPO, TritonRolloutBuffer, **kw), train_log(PPO, **kw))
 
 
-def test_ppo_learn_with_enable_same_as_sb3(restore_sb3):
+def test_ppo_learn_with_enable_same_as_sb3(restore_sb3, gae_calls):
     """The rl-zoo route: SB3's own RolloutBuffer, patched by enable()."""
     kw = dict(n_steps=32, batch_size=32, n_epochs=2)
     expected = train_log(PPO, **kw)
+    assert not gae_calls
     with rl_triton_sb3.enabled():
         assert hasattr(RolloutBuffer.compute_returns_and_advantage, "__wrapped__")
         assert_same_training(train_log(PPO, **kw), expected)
+    assert len(gae_calls) == 3  # one a rollout
 
 
 def test_a2c_learn_same_as_with_sb3_buffer():

@@ -173,7 +173,7 @@ def test_per_step_gamma(device, core_calls, cls, kwargs):
     assert sum(core_calls.values()) == 1
 
 
-def test_per_step_gamma_and_lambda_functional(device):
+def test_per_step_gamma_and_lambda_functional(device, core_calls):
     """TorchRL's functions called directly: gamma and lambda per step and per feature."""
     g = torch.Generator().manual_seed(4)
     shape = (2, 7, 3)
@@ -193,6 +193,7 @@ def test_per_step_gamma_and_lambda_functional(device):
         lr = torchrl_advantages.td_lambda_return_estimate(
             gamma, lmbda, nv, r, done, term, time_dim=1
         )
+    assert core_calls == {"gae": 1, "lambda_returns": 1}  # served, not left to TorchRL
     assert_close(adv, adv0, torch.float32)
     assert_close(ret, ret0, torch.float32)
     assert_close(lr, lr0, torch.float32)
@@ -221,7 +222,7 @@ def test_vtrace(device, core_calls, shape, time_dim):
 
 
 @pytest.mark.parametrize("with_terminated", [True, False])
-def test_vtrace_functional(device, with_terminated):
+def test_vtrace_functional(device, core_calls, with_terminated):
     """Multi-dim values, tensor thresholds, and ``terminated=None`` (it defaults to ``done``)."""
     g = torch.Generator().manual_seed(6)
     shape = (3, 9, 2)
@@ -233,6 +234,7 @@ def test_vtrace_functional(device, with_terminated):
     expected = torchrl_functional.vtrace_advantage_estimate(*args, time_dim=-2)
     with rtt.enabled():
         actual = torchrl_advantages.vtrace_advantage_estimate(*args, time_dim=-2)
+    assert core_calls == {"vtrace": 1}
     for a, e, name in zip(actual, expected, ("advantages", "vs")):
         assert_close(a, e, torch.float32, name=name)
 

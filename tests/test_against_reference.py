@@ -45,7 +45,9 @@ def _check_unchanged(inputs: dict, before: dict) -> None:
         ), f"input {k!r} was modified by the call"
 
 
-def run_case(data, fn, layout, backend, device, *, dtype=None, flag_dtype=None, max_T=40):
+def run_case(
+    data, fn, layout, backend, device, *, dtype=None, flag_dtype=None, max_T=40, with_flags=False
+):
     draw = data.draw
     T = draw(st.integers(0, cap_T(backend, max_T)), label="T")
     batch = layout.draw_batch(draw)
@@ -56,7 +58,7 @@ def run_case(data, fn, layout, backend, device, *, dtype=None, flag_dtype=None, 
     time_dim = draw(st.sampled_from(layout.time_dims), label="time_dim")
     keepdim = draw(st.booleans(), label="keepdim")
     gen = gen_from(draw)
-    case = build_case(fn, draw, T, batch, dtype, gen)
+    case = build_case(fn, draw, T, batch, dtype, gen, with_flags=with_flags)
     expected = reference_outputs(case)
 
     inputs = realize(case, layout, dtype, flag_dtype, device, gen, keepdim=keepdim)
@@ -125,14 +127,17 @@ def test_every_value_dtype(fn, dtype, backend, device):
     "fn", ["gae", "discounted_returns", "vtrace", "retrace", "episodic_cumsum"]
 )
 def test_every_flag_dtype(fn, flag_dtype, backend, device):
+    """Each flag dtype read as it is (with its odd true values): terminated / done always given,
+    with a flag set."""
     layout = LAYOUT_BY_NAME["time_major"]
 
     @hyp_settings(backend, 0.3)
     @given(data=st.data())
     def run(data):
         run_case(
-            data, fn, layout, backend, device, dtype=torch.float32, flag_dtype=flag_dtype, max_T=16
-        )
+            data, fn, layout, backend, device, dtype=torch.float32, flag_dtype=flag_dtype,
+            max_T=16, with_flags=True,
+        )  # fmt: skip
 
     run()
 

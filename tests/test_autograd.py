@@ -354,17 +354,15 @@ def test_errors_on_the_autograd_path():
 
 
 def test_vtrace_detached_importance_weights():
-    """With detached log-probabilities (IMPALA, rlax), gradients reach rewards and values
-    only, and the value gradient is that of the formula with the weights held fixed."""
+    """With detached log-probabilities (IMPALA, rlax) the gradients in rewards, values and
+    the bootstrap value are those of the formula with the importance weights held fixed
+    (gradcheck: finite differences of the call, the log-probabilities constants)."""
     inp, diff = make_case("vtrace", "boot", seed=7)
     inp = dict(inp)
     diff = ["rewards", "values", "bootstrap_value"]
     for backend in ("reference", "torch"):
         f, leaves = as_function("vtrace", inp, diff, backend=backend)
         assert torch.autograd.gradcheck(f, leaves)
-        outs = f(*leaves)
-        g = torch.autograd.grad(outs[0].sum(), leaves[1])[0]
-        assert torch.isfinite(g).all()
 
 
 def test_gradient_nan_locality():

@@ -193,14 +193,15 @@ def test_compile_with_out_and_time_dim():
         for k, v in inp.items()
     }
     lay["bootstrap_value"] = inp["bootstrap_value"][:, None]
-    out = torch.empty_like(lay["rewards"])
+    out = torch.full_like(lay["rewards"], float("nan"))  # poisoned: every element written
 
     def f(out):
         return call("lambda_returns", lay, time_dim=-2, out=out)
 
     res = torch.compile(f, fullgraph=True, backend="aot_eager")(out)
     assert res is out or res.data_ptr() == out.data_ptr()
-    assert_close(out, f(torch.empty_like(out)), torch.float32)
+    want = call("lambda_returns", lay, time_dim=-2, backend="reference")
+    assert_close(out, want, torch.float32)
 
 
 def test_export_keeps_the_ops():

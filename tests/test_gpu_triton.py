@@ -617,7 +617,7 @@ def test_indexing_beyond_2_31_elements():
     ret = torch.full_like(rewards, float("nan"))
     rtc.gae(rewards, rewards, term, bootstrap_value=rewards[0], out=(adv, ret), backend="triton")
     cols = slice(N - 40, N)  # the columns whose offsets pass 2**31
-    want, _ = rtc.gae(
+    want, want_ret = rtc.gae(
         rewards[:, cols].double(),
         rewards[:, cols].double(),
         term[:, cols],
@@ -625,6 +625,7 @@ def test_indexing_beyond_2_31_elements():
         backend="torch",
     )
     close_to_float64(adv[:, cols], want, torch.float32, "gae past 2**31")
+    close_to_float64(ret[:, cols], want_ret, torch.float32, "gae returns past 2**31")
     assert not torch.isnan(adv[-1]).any() and not torch.isnan(ret[-1]).any()
     del rewards, term, adv, ret
     torch.cuda.empty_cache()

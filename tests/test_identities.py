@@ -205,8 +205,9 @@ def test_on_policy_vtrace_is_gae(backend, device):
 
 
 def test_vtrace_large_clip_thresholds_do_not_clip(backend, device):
-    """With rho_bar = c_bar >= max w, V-trace is the unclipped importance-weighted estimator:
-    scaling the thresholds further changes nothing."""
+    """With rho_bar = c_bar >= max w, V-trace is the unclipped importance-weighted estimator
+    (built here from linear_scan: vs_t - V_t = w_t delta_t + gamma lambda w_t (vs_{t+1} -
+    V_{t+1})); scaling the thresholds further changes nothing."""
 
     @hyp(backend)
     def run(data):
@@ -217,10 +218,17 @@ def test_vtrace_large_clip_thresholds_do_not_clip(backend, device):
         blp = tlp - gen.u(T, N, lo=-1.0, hi=0.5)
         r, v, bv, tlp, blp = on(device, r, v, bv, tlp, blp)
         kw = dict(bootstrap_value=bv, gamma=0.9, lmbda=0.9, backend=backend)
-        a = rtc.vtrace(r, v, tlp, blp, None, rho_bar=5.0, c_bar=5.0, **kw)
+        a = rtc.vtrace(r, v, tlp, blp, None, rho_bar=5.0, c_bar=5.0, **kw)  # (w <= e^0.5)
         b = rtc.vtrace(r, v, tlp, blp, None, rho_bar=50.0, c_bar=50.0, **kw)
         for x, y in zip(a, b):
             assert_close(x, y, F64)
+        w = torch.exp(tlp - blp)
+        v_next = torch.cat([v[1:], bv[None]])
+        b_t = w * (r + 0.9 * v_next - v)
+        vs = v + rtc.linear_scan(0.81 * w, b_t, reverse=True, backend=backend)
+        pg = w * (r + 0.9 * torch.cat([vs[1:], bv[None]]) - v)
+        assert_close(a[0], vs, F64, name="vs vs the unclipped estimator")
+        assert_close(a[1], pg, F64, name="pg_advantages vs the unclipped estimator")
         c = rtc.vtrace(r, v, tlp, blp, None, rho_bar=0.5, c_bar=0.5, **kw)
         # w > 0.5 somewhere (w >= e^-0.5 > 0.5 wherever the draw is in [-0.5, 0.5]): clipping bites
         assert not torch.allclose(a[0], c[0]) or bool((torch.exp(tlp - blp) <= 0.5).all())

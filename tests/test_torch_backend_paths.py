@@ -82,14 +82,15 @@ def _inputs(T: int, N: int, dtype: torch.dtype, seed: int) -> dict:
     )
 
 
-def _poisoned(like: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
-    return tuple(torch.full_like(like, float("nan")) for _ in range(n))
+def _poisoned(like: torch.Tensor, n: int, poison: float = float("nan")) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.full_like(like, poison) for _ in range(n))
 
 
-def _check(fn, n_out: int, like: torch.Tensor, **kwargs):
-    """Run ``fn`` with the torch backend into NaN-poisoned outputs and compare with the
-    reference backend (float64 inside; its result cast to the outputs' dtype)."""
-    out = _poisoned(like, n_out)
+def _check(fn, n_out: int, like: torch.Tensor, poison: float = float("nan"), **kwargs):
+    """Run ``fn`` with the torch backend into poisoned outputs (NaN, or ``poison`` where NaN is
+    an expected result) and compare with the reference backend (float64 inside; its result
+    cast to the outputs' dtype), which is returned."""
+    out = _poisoned(like, n_out, poison)
     fn(backend="torch", out=out if n_out > 1 else out[0], **kwargs)
     want = fn(backend="reference", **kwargs)
     want = want if isinstance(want, tuple) else (want,)
@@ -101,6 +102,7 @@ def _check(fn, n_out: int, like: torch.Tensor, **kwargs):
     }[like.dtype]
     for got, ref in zip(out, want, strict=True):
         torch.testing.assert_close(got, ref.to(got.dtype), atol=tol, rtol=tol, equal_nan=True)
+    return want
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -129,14 +131,19 @@ def test_gae_paths(regime, T, N, dtype, variant):
 @pytest.mark.parametrize("T,N", SHAPES)
 def test_gae_nan_locality(regime, T, N):
     """NaNs and infinities in next_values: dropped where a cut or a terminated gate
-    multiplies them by an exact zero, propagated elsewhere (the guarded re-run)."""
+    multiplies them by an exact zero, propagated elsewhere (the guarded re-run). Outputs are
+    poisoned with a finite value: NaN is an expected result here."""
     x = _inputs(T, N, torch.float32, seed=7 + T)
     g = torch.Generator().manual_seed(T * N)
     nan_at = torch.rand(T, N, generator=g) < 0.1
     bad = torch.where(torch.rand(T, N, generator=g) < 0.5, float("nan"), float("inf"))
-    next_values = torch.where(nan_at, bad, x["next_values"])
     gated = nan_at & (torch.rand(T, N, generator=g) < 0.7)  # most sit behind a terminated
-    terminated = x["terminated"] | gated  # gate, the others reach the scan (0 · inf at a cut)
+    # gate, the others reach the scan (0 · inf at a cut); whatever the draws, one of each
+    # (T * N > 1): reaching it at the last step of sequence 0, gated at step 0 of the last one
+    nan_at[-1, 0] = nan_at[0, -1] = gated[0, -1] = True
+    gated[-1, 0] = False
+    next_values = torch.where(nan_at, bad, x["next_values"])
+    terminated = (x["terminated"] | gated) & ~(nan_at & ~gated)
     kwargs = dict(
         rewards=x["rewards"],
         values=x["values"],
@@ -146,7 +153,8 @@ def test_gae_nan_locality(regime, T, N):
         gamma=0.99,
         lmbda=0.95,
     )
-    _check(rtc.gae, 2, x["rewards"], **kwargs)
+    advantages = _check(rtc.gae, 2, x["rewards"], poison=1e30, **kwargs)[0]
+    assert not advantages[-1, 0].isfinite() and advantages[0, -1].isfinite()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
