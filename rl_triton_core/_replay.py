@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from ._dispatch import triton_interpreted
+from ._validate import extent
 
 ENABLED = os.environ.get("RL_TRITON_REPLAY", "1") != "0"  # RL_TRITON_REPLAY=0: never replay
 _INTERPRETED = triton_interpreted()
@@ -159,10 +160,15 @@ def _plan(launches: list, tensors: list[Tensor], result) -> Callable | None:
         plans.append((launch, template, tuple(fills)))
     if not used.issuperset(range(len(tensors))):
         return None  # a tensor the kernels do not read (e.g. a CPU scalar read as a float)
-    return _compile(plans, new_outputs, returned, single=isinstance(result, Tensor))
+    # a caller's out= tensor against every other tensor of the call: the bytes each spans
+    # (recorded) must not intersect at a later call, else it takes the ordinary path
+    spans = [extent(t) for t in tensors]
+    apart = [(o, x, spans[o], spans[x]) for o in returned if o >= 0 for x in range(len(tensors))
+             if x != o]  # fmt: skip
+    return _compile(plans, new_outputs, returned, isinstance(result, Tensor), apart)
 
 
-def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Callable:
+def _compile(plans: list, new_outputs: list, returned: list, single: bool, apart: list) -> Callable:
     """The replay of a recorded call as straight-line Python (no loops over argument
     positions; about 1 us a call where a generic loop took 3.5): allocate the new outputs,
     start each launch with the call's tensors in their positions, return the outputs. E.g.
@@ -191,6 +197,11 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
                 R0_0(*G0_0, 1, s0, *H0_0, p0_0, ..., a0, *K0_0)
                 R0_1(*G0_1, 1, s0, *H0_1, p0_0, ..., a0, *K0_1)
 
+    A call given ``out=`` first compares the bytes its out= tensors span with every other
+    tensor's (``apart``: the spans recorded): where they may overlap, the replay returns None
+    and the call takes the ordinary path, whose validation refuses overlapping outputs (or
+    runs interleaved ones, which it tells apart exactly).
+
     Whether a recording launches by address is decided when it is made: one whose call found
     no such direct launchers (a first call with misaligned tensors, a profiler's hooks,
     ``RL_TRITON_DIRECT_LAUNCH=0``) or holds a misaligned constant always calls ``start``.
@@ -199,6 +210,12 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool) -> Ca
 
     names = {"empty": empty, "start": start}
     lines = ["def replay(t):"]
+    if apart:  # ``apart``: (out=, other, their byte spans); None when they may overlap
+        for i in sorted({i for o, x, _, _ in apart for i in (o, x)}):
+            lines.append(f"    d{i} = t[{i}].data_ptr()")
+        near = " or ".join(f"(d{o} + {ho} > d{x} + {lx} and d{x} + {hx} > d{o} + {lo})"
+                           for o, x, (lo, ho), (lx, hx) in apart)  # fmt: skip
+        lines += [f"    if {near}:", "        return None"]
     for j, o in enumerate(new_outputs):
         names[f"o{j}"] = o
         lines.append(f"    n{j} = empty(*o{j})")
@@ -320,14 +337,16 @@ def replayable(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         for checks, _, replay in recorded:
             if checks is not None and checks.check(*tensors):
-                return fn(*args, **kwargs) if replay is None else replay(tensors)
+                result = None if replay is None else replay(tensors)  # (None: out= overlaps)
+                return fn(*args, **kwargs) if result is None else result
         metadata = None
         if _TensorGuards is None or len(set(map(id, tensors))) < len(tensors):  # the checks
             # in Python: torch lacks the C++ ones, or one tensor is in two places (they refuse)
             metadata = _metadata(tensors)
             for _, recorded_metadata, replay in recorded:
                 if recorded_metadata == metadata:
-                    return fn(*args, **kwargs) if replay is None else replay(tensors)
+                    result = None if replay is None else replay(tensors)
+                    return fn(*args, **kwargs) if result is None else result
         if key[1] and any(t.requires_grad for t in tensors):
             return fn(*args, **kwargs)  # the differentiable path (see estimators._graph_path)
         _state.launches = launches = []

@@ -27,6 +27,63 @@ def _refuse_nested(fn: str, name: str, x: Tensor) -> None:
         raise TypeError(f"{fn}: `{name}` is a nested tensor; pass a strided (regular) tensor")
 
 
+def extent(x: Tensor) -> tuple[int, int]:
+    """The bytes ``[lo, hi)`` around ``x.data_ptr()`` that ``x``'s elements span (relative)."""
+    lo = sum((n - 1) * s for n, s in zip(x.shape, x.stride(), strict=True) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(x.shape, x.stride(), strict=True) if s > 0)
+    size = x.element_size()
+    return lo * size, (hi + 1) * size
+
+
+def _offset_reachable(d: int, dims: list[tuple[int, int]]) -> bool:
+    """Whether ``d = sum j_i s_i`` with ``|j_i| < n_i`` for ``dims`` ``(s_i, n_i)`` (strides
+    descending, positive): whether two tensors of these strides ``d`` elements apart share an
+    element. True where the search would branch too much (the caller then assumes overlap)."""
+    if not dims:
+        return d == 0
+    (s, n), rest = dims[0], dims[1:]
+    reach = sum((m - 1) * t for t, m in rest)
+    lo, hi = max(-(n - 1), -((reach - d) // s)), min(n - 1, (d + reach) // s)
+    if hi - lo > 64:
+        return True
+    return any(_offset_reachable(d - j * s, rest) for j in range(lo, hi + 1))
+
+
+def overlap(a: Tensor, b: Tensor) -> bool:
+    """Whether two tensors may share memory: exact for tensors of one layout (e.g. interleaved
+    views of one buffer), else whether the bytes they span intersect. Metadata only."""
+    if a.device != b.device or a.device.type == "meta" or not a.numel() or not b.numel():
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    (lo_a, hi_a), (lo_b, hi_b) = extent(a), extent(b)
+    pa, pb = a.data_ptr(), b.data_ptr()
+    if pa + hi_a <= pb + lo_b or pb + hi_b <= pa + lo_a:
+        return False
+    size = a.element_size()
+    if a.shape != b.shape or a.stride() != b.stride() or size != b.element_size():
+        return True
+    if (pa - pb) % size:
+        return True  # (elements straddle each other)
+    dims = sorted(((abs(s), n) for n, s in zip(a.shape, a.stride(), strict=True) if s and n > 1),
+                  reverse=True)  # fmt: skip
+    return _offset_reachable(abs(pa - pb) // size, dims)
+
+
+def _refuse_overlap(fn: str, outs: Sequence[Tensor], names: Sequence[str], inputs) -> None:
+    """A ValueError naming ``out`` where an output may share memory with another output or an
+    input (``(name, tensor)`` pairs): a scan would read what it has overwritten."""
+    for k, (o, n) in enumerate(zip(outs, names, strict=True)):
+        others = [*((f"`out` for `{m}`", x) for m, x in zip(names[:k], outs[:k])), *(
+            (f"`{m}`", x) for m, x in inputs)]  # fmt: skip
+        for what, x in others:
+            if overlap(o, x):
+                raise ValueError(
+                    f"{fn}: `out` tensor for `{n}` shares memory with {what}; pass outputs "
+                    "that share no memory with the inputs or with each other"
+                )
+
+
 def _name_list(names: Sequence[str]) -> str:
     return ", ".join(f"`{n}`" for n in names)
 
@@ -45,6 +102,7 @@ class Steps:
         "dtype",
         "fn",
         "layout_like",
+        "seen",
         "shape",
         "time_dim",
     )
@@ -53,7 +111,7 @@ class Steps:
         # This runs on every call: one pass over the tensors, and the common case (equal
         # shapes and dtypes) needs neither torch.broadcast_shapes nor type promotion.
         self.fn = fn
-        given = [(name, x) for name, x in values.items() if x is not None]
+        self.seen = given = [(name, x) for name, x in values.items() if x is not None]
         for name, x in given:
             if not isinstance(x, Tensor):
                 raise TypeError(f"{fn}: `{name}` must be a torch.Tensor, got {type(x).__name__}")
@@ -146,8 +204,9 @@ class Steps:
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
         _refuse_nested(self.fn, name, x)
-        if x.is_complex():
+        if x.is_complex() or x.is_quantized:
             raise TypeError(f"{self.fn}: `{name}` must be bool, integer or float, got {x.dtype}")
+        self.seen.append((name, x))
         self._check_rank_device(name, x, len(self.shape))
         return self._time_first(self._broadcast(name, x, self.shape))
 
@@ -162,6 +221,7 @@ class Steps:
         _refuse_nested(self.fn, name, x)
         if not x.is_floating_point():
             raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
+        self.seen.append((name, x))
         if x.dim() == 0:
             if x.device != self.device and x.device.type == "cpu" and not x.requires_grad:
                 return float(x)  # a CPU scalar: reading it does not touch the accelerator
@@ -178,6 +238,7 @@ class Steps:
         _refuse_nested(self.fn, name, x)
         if not x.is_floating_point():
             raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
+        self.seen.append((name, x))
         if x.device != self.device:
             raise ValueError(
                 f"{self.fn}: `{name}` is on {x.device} but `{self._device_of}` "
@@ -206,18 +267,25 @@ class Steps:
             else:
                 outs = tuple(torch.empty_like(like, dtype=self.dtype) for _ in names)
         else:
-            outs = check_out(self.fn, out, names, self.shape, self.dtype, self.device)
+            outs = check_out(self.fn, out, names, self.shape, self.dtype, self.device, self.seen)
         if not self.time_dim:
             return outs, outs
         return outs, tuple(o.movedim(self.time_dim, 0) for o in outs)
 
 
-def check_out(fn: str, out, names: Sequence[str], shape, dtype, device) -> tuple[Tensor, ...]:
+def check_out(
+    fn: str, out, names: Sequence[str], shape, dtype, device, inputs=()
+) -> tuple[Tensor, ...]:
     """``out=`` as a tuple, one tensor per output name, each of the outputs' shape, dtype and
-    device; otherwise a TypeError / ValueError naming ``out``."""
-    outs = (out,) if isinstance(out, Tensor) else tuple(out)
+    device, sharing no memory with each other nor with ``inputs`` (``(name, tensor)`` pairs);
+    otherwise a TypeError / ValueError naming ``out``."""
+    wanted = f"{fn}: `out` must be {len(names)} tensor(s) ({_name_list(names)})"
+    try:
+        outs = (out,) if isinstance(out, Tensor) else tuple(out)
+    except TypeError:
+        raise TypeError(f"{wanted}, got {type(out).__name__}") from None
     if len(outs) != len(names) or not all(isinstance(o, Tensor) for o in outs):
-        raise TypeError(f"{fn}: `out` must be {len(names)} tensor(s) ({_name_list(names)})")
+        raise TypeError(wanted)
     for o, n in zip(outs, names, strict=True):
         _refuse_nested(fn, "out", o)
         if o.shape != shape or o.dtype != dtype or o.device != device:
@@ -225,6 +293,19 @@ def check_out(fn: str, out, names: Sequence[str], shape, dtype, device) -> tuple
                 f"{fn}: `out` tensor for `{n}` must have shape {tuple(shape)}, dtype {dtype} "
                 f"and device {device}; got {tuple(o.shape)}, {o.dtype}, {o.device}"
             )
+        if o.requires_grad and o.is_leaf:
+            raise ValueError(f"{fn}: `out` tensor for `{n}` is a leaf that requires grad")
+        if any(s == 0 and k > 1 for k, s in zip(o.shape, o.stride(), strict=True)):
+            raise ValueError(f"{fn}: `out` tensor for `{n}` is a broadcast view (a stride of 0)")
+    if torch.compiler.is_compiling():  # (memory and inference mode: not traceable; the
+        return outs  # compiled op computes before it copies into out=)
+    for o, n in zip(outs, names, strict=True):
+        if o.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(
+                f"{fn}: `out` tensor for `{n}` is an inference tensor, written outside "
+                "torch.inference_mode()"
+            )
+    _refuse_overlap(fn, outs, names, inputs)
     return outs
 
 

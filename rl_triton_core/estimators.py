@@ -97,7 +97,10 @@ def linear_scan(
     Example:
         >>> x = linear_scan(torch.full((4, 1), 0.5), torch.ones(4, 1))  # 1, 1.5, 1.75, 1.875
     """
+    if reverse.__class__ is not bool:
+        raise TypeError(f"linear_scan: `reverse` must be a bool, got {type(reverse).__name__}")
     if _graph_path(a, b, initial) is not None:
+        _scan_op_arguments(a, b, initial, time_dim, backend)
         return _ops.linear_scan(a, b, initial, reverse, time_dim, backend, out)
     steps = Steps("linear_scan", time_dim, {"a": a, "b": b})
     return _run(
@@ -109,8 +112,21 @@ def linear_scan(
         steps.step("a", a),
         steps.step("b", b),
         steps.boundary("initial", initial),
-        bool(reverse),
+        reverse,
     )
+
+
+def _scan_op_arguments(a, b, initial, time_dim, backend) -> None:
+    """The argument types the ``linear_scan`` op's schema takes, as TypeErrors naming the
+    argument (the op would raise a RuntimeError; shapes are checked inside it)."""
+    for name, x in (("a", a), ("b", b), ("initial", initial)):
+        if not (isinstance(x, Tensor) or (x is None and name == "initial")):
+            kind = "a torch.Tensor" + (" or None" if name == "initial" else "")
+            raise TypeError(f"linear_scan: `{name}` must be {kind}, got {type(x).__name__}")
+    if isinstance(time_dim, bool) or not isinstance(time_dim, int):
+        raise TypeError(f"linear_scan: `time_dim` must be an int, got {type(time_dim).__name__}")
+    if not isinstance(backend, str):
+        raise TypeError(f"linear_scan: `backend` must be a str, got {type(backend).__name__}")
 
 
 @replayable

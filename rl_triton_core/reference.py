@@ -110,8 +110,9 @@ def lambda_returns(
         nv = _next_value(values, next_values, bootstrap_value, t, T, like)
         c = _cont(terminated, truncated, t, T, like)
         weight = 1 - lam * c.to(F64)  # of nv_t; exactly 0 (nv_t unused) when lambda c = 1
-        future = _carry(weight, nv) + _carry(_keep(c, lam + like), G)
-        G = _f64(rewards[t]) + _keep(~_flag(terminated, t, like), g * future)
+        # (the carried G_{t+1} dropped where its coefficient gamma lambda c is 0)
+        future = g * _carry(weight, nv) + _carry(g, _carry(_keep(c, lam + like), G))
+        G = _f64(rewards[t]) + _keep(~_flag(terminated, t, like), future)
         rows[t] = G
     _write(out, rows)
 
@@ -128,8 +129,9 @@ def discounted_returns(rewards, terminated, truncated, next_values, bootstrap_va
         nv = like
         if next_values is not None or t == T - 1:
             nv = _next_value(None, next_values, bootstrap_value, t, T, like)
-        future = torch.where(c, G, nv)
-        G = _f64(rewards[t]) + _keep(~_flag(terminated, t, like), _coef(gamma, t) * future)
+        g = _coef(gamma, t)
+        future = torch.where(c, _carry(g, G), g * nv)  # (G_{t+1} dropped where gamma is 0)
+        G = _f64(rewards[t]) + _keep(~_flag(terminated, t, like), future)
         rows[t] = G
     _write(out, rows)
 
@@ -209,13 +211,14 @@ def retrace(
         g = _coef(gamma, t)
         term = _flag(terminated, t, like)
         c = _cont(terminated, truncated, t, T, like)
-        future = _f64(next_expected_q[t])
+        future = g * _f64(next_expected_q[t])
         if t < T - 1:
             tlp = _f64(target_log_probs[t + 1])
             w = torch.exp(tlp - _f64(behavior_log_probs[t + 1]))
             kappa = trace_coefficient(trace, _coef(lmbda, t + 1), w, tlp, _coef(c_bar, t + 1))
-            future = future + _carry(_keep(c, kappa), Q - _f64(q_values[t + 1]))
-        Q = _f64(rewards[t]) + _keep(~term, g * future)
+            # (the carried Q_{t+1} dropped where its coefficient gamma kappa c is 0)
+            future = future + _carry(g, _carry(_keep(c, kappa), Q - _f64(q_values[t + 1])))
+        Q = _f64(rewards[t]) + _keep(~term, future)
         rows[t] = Q
     _write(out, rows)
 

@@ -464,6 +464,35 @@ def test_linear_scan_zero_coefficient_is_a_hard_cut(backend, device):
     assert torch.isnan(xr[5, 0]) and torch.isfinite(xr[5, 1])
 
 
+@pytest.mark.parametrize("per_step", [False, True])
+def test_zero_gamma_is_a_hard_cut(per_step, backend, device):
+    """gamma_t = 0 cuts the carried return like any zero coefficient: a NaN reward or Q-value
+    one step later does not reach step t (the reference once multiplied it by 0)."""
+    T, N = 4, 2
+    r = torch.arange(1.0, T * N + 1, dtype=F64).reshape(T, N)
+    r[2] = NAN
+    zero = torch.zeros(T, N, dtype=F64)
+    q = zero.clone()
+    q[2] = NAN
+    gamma = torch.full((T, 1), 0.9, dtype=F64) if per_step else 0.0
+    if per_step:
+        gamma[1] = 0.0
+    d = {k: x.to(device) for k, x in dict(r=r, zero=zero, q=q, boot=zero[0]).items()}
+    g = gamma.to(device) if per_step else gamma
+    kw = dict(gamma=g, backend=backend)
+    outs = {
+        "discounted_returns": rtc.discounted_returns(d["r"], None, **kw),
+        "lambda_returns": rtc.lambda_returns(d["r"], d["zero"], None, bootstrap_value=d["boot"],
+                                             **kw),
+        "retrace": rtc.retrace(d["zero"].nan_to_num() + r.nan_to_num().to(device), d["q"],
+                               d["zero"], d["zero"], d["zero"], None, **kw),
+    }  # fmt: skip
+    for fn, out in outs.items():
+        out = out.cpu()
+        assert torch.isfinite(out[:2]).all(), f"{fn}: the NaN at t = 2 crossed gamma_1 = 0"
+        assert torch.equal(out[1], r[1]), f"{fn}: G_1 must be r_1 exactly, got {out[1]}"
+
+
 def test_nan_in_one_env_stays_there(backend, device):
     T, N = 9, 5
     g = rng(11)

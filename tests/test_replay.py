@@ -448,6 +448,34 @@ def test_gradients_take_the_differentiable_path(device, launcher_calls):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_out_sharing_memory_is_refused_not_replayed(device):
+    """A recording made with separate out= tensors, then the same metadata with an out=
+    tensor that is an input, or that overlaps the other one: the ordinary path refuses it
+    (a replay would scan over what it has overwritten). Interleaved outs still run."""
+    g = torch.Generator().manual_seed(3)
+    r, v = (torch.randn(7, 4, generator=g).to(device) for _ in range(2))
+    boot = torch.randn(4, generator=g).to(device)
+    want = rtc.gae(r, v, None, bootstrap_value=boot, backend="reference")
+    buffer = torch.empty(7, 8 + 1, device=device)[:, :8]  # (room for a shifted view)
+    for _ in range(3):  # recorded, then replayed
+        buffer.fill_(float("nan"))
+        outs = (buffer[:, 0::2], buffer[:, 1::2])
+        got = rtc.gae(r, v, None, bootstrap_value=boot, out=outs, backend="triton")
+        for x, w in zip(got, want, strict=True):
+            assert_close(x, w, torch.float32)
+    with pytest.raises(ValueError, match="`out` tensor for `returns` shares memory with `values`"):
+        rtc.gae(r, v, None, bootstrap_value=boot, out=(buffer[:, 0::2], v), backend="triton")
+    shifted = (buffer[:, 0::2], torch.as_strided(buffer, (7, 4), (9, 2), 2))
+    with pytest.raises(ValueError, match="shares memory with `out` for `advantages`"):
+        rtc.gae(r, v, None, bootstrap_value=boot, out=shifted, backend="triton")
+    for _ in range(2):  # contiguous outs recorded, then an input of the same layout as one
+        rtc.gae(r, v, None, bootstrap_value=boot, out=(torch.empty_like(r), torch.empty_like(r)),
+                backend="triton")  # fmt: skip
+    with pytest.raises(ValueError, match="`out` tensor for `advantages` shares memory with `r"):
+        rtc.gae(r, v, None, bootstrap_value=boot, out=(r, torch.empty_like(r)), backend="triton")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_nested_tensors_are_refused_not_replayed(device):
     """A nested tensor where a recording has a strided one: an ordinary error (torch's C++
     tensor checks would abort the process on its strides)."""

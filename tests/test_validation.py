@@ -295,6 +295,85 @@ def test_out_must_be_a_pair_for_two_outputs(fn, backend):
         check_raises((TypeError, ValueError), named("out"), fn, valid(fn), backend, out=bad)
 
 
+@pytest.mark.parametrize(("fn", "name"), [(fn, name) for fn, name in DTYPE_CASES])
+def test_out_sharing_memory_with_an_input(fn, name, backend):
+    """A scan would read what it has overwritten: an out= tensor that is (or overlaps) an
+    input, even as another view of its buffer, is refused."""
+    inputs = valid(fn, with_next_values=name != "bootstrap_value")
+    x = inputs[name]
+    buffer = torch.zeros(T + 1, N)
+    if x.dim() == 2:
+        inputs[name] = buffer[:T].copy_(x)
+        aliased = buffer[1:]  # overlaps all but its first row
+    else:
+        inputs[name] = buffer[T].copy_(x)
+        aliased = buffer[1:]  # ends with it
+    outs = list(as_tuple(_outs(fn)))
+    outs[-1] = aliased
+    out = tuple(outs) if len(outs) > 1 else outs[0]
+    check_raises(ValueError, named("out") + ".*shares memory.*" + named(name), fn, inputs, backend,
+                 out=out)  # fmt: skip
+
+
+@pytest.mark.parametrize("fn", ["gae", "vtrace"])
+def test_outs_sharing_memory_or_interleaved(fn, backend):
+    buffer = torch.full((T, 2 * N), float("nan"))
+    same = (buffer[:, :N], buffer[:, :N])
+    check_raises(ValueError, named("out") + ".*shares memory", fn, valid(fn), backend, out=same)
+    shifted = (buffer[:, :N], buffer[:, 1 : N + 1])
+    check_raises(ValueError, named("out") + ".*shares memory", fn, valid(fn), backend, out=shifted)
+    interleaved = (buffer[:, 0::2], buffer[:, 1::2])  # one buffer, no element shared: fine
+    got = call(fn, valid(fn), backend=backend, out=interleaved)
+    want = call(fn, valid(fn), backend="reference")
+    for g, w in zip(got, want, strict=True):
+        assert_close(g, w, torch.float32)
+    assert not buffer.isnan().any()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # (torch.quantize_per_tensor: deprecated)
+def test_out_and_flag_kinds_refused(backend):
+    """out= that is not a tensor, a broadcast view, a leaf requiring grad or an inference
+    tensor; a quantized flag."""
+    inputs = valid("discounted_returns")
+    check_raises(TypeError, named("out") + ".*got int", "discounted_returns", inputs, backend,
+                 out=5)  # fmt: skip
+    for bad, what in [
+        (torch.empty(T, 1).expand(T, N), "broadcast"),
+        (torch.zeros(T, N, requires_grad=True), "requires grad"),
+    ]:
+        check_raises(ValueError, named("out") + f".*{what}", "discounted_returns", inputs, backend,
+                     out=bad)  # fmt: skip
+    with torch.inference_mode():
+        frozen = torch.empty(T, N)
+    check_raises(ValueError, named("out") + ".*inference", "discounted_returns", inputs, backend,
+                 out=frozen)  # fmt: skip
+    flags = torch.quantize_per_tensor(torch.zeros(T, N), 1.0, 0, torch.quint8)
+    check_raises(TypeError, named("terminated"), "discounted_returns",
+                 {**inputs, "terminated": flags}, backend)  # fmt: skip
+
+
+def test_linear_scan_argument_types(backend):
+    """``reverse`` must be a bool; the differentiable path (an input requiring grad) checks the
+    op's argument types before calling it; ``backend`` must be a str."""
+    a, b = torch.full((T, N), 0.5), torch.ones(T, N)
+    for bad in (torch.tensor([1, 0]), "no", 1):
+        with pytest.raises(TypeError, match=named("reverse")):
+            rtc.linear_scan(a, b, reverse=bad, backend=backend)
+    grad_b = torch.ones(T, N, requires_grad=True)
+    for kwargs, name in [
+        (dict(initial=0.5), "initial"),
+        (dict(time_dim=0.0), "time_dim"),
+        (dict(time_dim=False), "time_dim"),
+        (dict(a=a.numpy()), "a"),
+        (dict(backend=None), "backend"),
+    ]:
+        args = {"a": a, "b": grad_b, "backend": backend, **kwargs}
+        with pytest.raises(TypeError, match=named(name)):
+            rtc.linear_scan(**args)
+    with pytest.raises(TypeError, match=named("backend")):
+        rtc.linear_scan(a, b, backend=["torch"])
+
+
 # ---------------------------------------------------------------- devices (CUDA only)
 
 
