@@ -95,7 +95,7 @@ def resolve(fn: str, backend: str, device: torch.device) -> ModuleType:
     """The implementation module for ``backend`` on ``device`` (``"auto"`` resolved here)."""
     if backend == "auto":
         backend = "triton" if device.type == "cuda" and _triton_importable() else "torch"
-    elif backend.__class__ is not str:
+    elif not isinstance(backend, str):
         raise TypeError(f"{fn}: `backend` must be a str, got {type(backend).__name__}")
     elif backend not in _MODULES:
         raise ValueError(f"{fn}: unknown `backend`={backend!r}; expected one of {BACKENDS}")

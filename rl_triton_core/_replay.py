@@ -160,11 +160,17 @@ def _plan(launches: list, tensors: list[Tensor], result) -> Callable | None:
         plans.append((launch, template, tuple(fills)))
     if not used.issuperset(range(len(tensors))):
         return None  # a tensor the kernels do not read (e.g. a CPU scalar read as a float)
-    # a caller's out= tensor against every other tensor of the call: the bytes each spans
-    # (recorded) must not intersect at a later call, else it takes the ordinary path
+    # a caller's out= tensor against every other tensor of the call (each pair once): the
+    # bytes each spans (recorded) must not intersect at a later call, else it takes the
+    # ordinary path
     spans = [extent(t) for t in tensors]
-    apart = [(o, x, spans[o], spans[x]) for o in returned if o >= 0 for x in range(len(tensors))
-             if x != o]  # fmt: skip
+    outs = [o for o in returned if o >= 0]
+    apart = [
+        (o, x, spans[o], spans[x])
+        for o in outs
+        for x in range(len(tensors))
+        if x != o and not (x in outs and x < o)
+    ]
     return _compile(plans, new_outputs, returned, isinstance(result, Tensor), apart)
 
 
@@ -213,8 +219,10 @@ def _compile(plans: list, new_outputs: list, returned: list, single: bool, apart
     if apart:  # ``apart``: (out=, other, their byte spans); None when they may overlap
         for i in sorted({i for o, x, _, _ in apart for i in (o, x)}):
             lines.append(f"    d{i} = t[{i}].data_ptr()")
-        near = " or ".join(f"(d{o} + {ho} > d{x} + {lx} and d{x} + {hx} > d{o} + {lo})"
-                           for o, x, (lo, ho), (lx, hx) in apart)  # fmt: skip
+        for o, x, (lo, ho), (lx, hx) in apart:  # (named, not literals: one code for all shapes)
+            names.update({f"lo{o}": lo, f"hi{o}": ho, f"lo{x}": lx, f"hi{x}": hx})
+        near = " or ".join(f"(d{o} + hi{o} > d{x} + lo{x} and d{x} + hi{x} > d{o} + lo{o})"
+                           for o, x, _, _ in apart)  # fmt: skip
         lines += [f"    if {near}:", "        return None"]
     for j, o in enumerate(new_outputs):
         names[f"o{j}"] = o

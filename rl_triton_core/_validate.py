@@ -29,55 +29,69 @@ def _refuse_nested(fn: str, name: str, x: Tensor) -> None:
 
 def extent(x: Tensor) -> tuple[int, int]:
     """The bytes ``[lo, hi)`` around ``x.data_ptr()`` that ``x``'s elements span (relative)."""
+    size = x.element_size()
+    if x.is_contiguous():
+        return 0, max(x.numel(), 1) * size
     lo = sum((n - 1) * s for n, s in zip(x.shape, x.stride(), strict=True) if s < 0)
     hi = sum((n - 1) * s for n, s in zip(x.shape, x.stride(), strict=True) if s > 0)
-    size = x.element_size()
     return lo * size, (hi + 1) * size
 
 
-def _offset_reachable(d: int, dims: list[tuple[int, int]]) -> bool:
+def _offset_reachable(d: int, dims: list[tuple[int, int]], budget: list[int]) -> bool:
     """Whether ``d = sum j_i s_i`` with ``|j_i| < n_i`` for ``dims`` ``(s_i, n_i)`` (strides
     descending, positive): whether two tensors of these strides ``d`` elements apart share an
-    element. True where the search would branch too much (the caller then assumes overlap)."""
+    element. True once the search has tried ``budget[0]`` branches (then assume overlap)."""
     if not dims:
         return d == 0
     (s, n), rest = dims[0], dims[1:]
     reach = sum((m - 1) * t for t, m in rest)
     lo, hi = max(-(n - 1), -((reach - d) // s)), min(n - 1, (d + reach) // s)
-    if hi - lo > 64:
+    budget[0] -= max(0, hi - lo + 1)
+    if budget[0] < 0:
         return True
-    return any(_offset_reachable(d - j * s, rest) for j in range(lo, hi + 1))
+    return any(_offset_reachable(d - j * s, rest, budget) for j in range(lo, hi + 1))
 
 
-def overlap(a: Tensor, b: Tensor) -> bool:
+def _span(x: Tensor) -> tuple[int, int]:
+    """The absolute bytes ``[lo, hi)`` ``x`` spans (empty for no elements)."""
+    if not x.numel():
+        return 0, 0
+    lo, hi = extent(x)
+    p = x.data_ptr()
+    return p + lo, p + hi
+
+
+def overlap(a: Tensor, b: Tensor, span_a=None, span_b=None) -> bool:
     """Whether two tensors may share memory: exact for tensors of one layout (e.g. interleaved
-    views of one buffer), else whether the bytes they span intersect. Metadata only."""
-    if a.device != b.device or a.device.type == "meta" or not a.numel() or not b.numel():
+    views of one buffer), else whether the bytes they span intersect (addresses, not storage
+    objects: two ``torch.from_numpy`` views of one numpy buffer have storages of their own).
+    Metadata only; ``span_a``, ``span_b``: their :func:`_span` if known."""
+    if a.device != b.device or a.device.type == "meta":
         return False
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-    (lo_a, hi_a), (lo_b, hi_b) = extent(a), extent(b)
-    pa, pb = a.data_ptr(), b.data_ptr()
-    if pa + hi_a <= pb + lo_b or pb + hi_b <= pa + lo_a:
+    (lo_a, hi_a), (lo_b, hi_b) = span_a or _span(a), span_b or _span(b)
+    if hi_a <= lo_b or hi_b <= lo_a:
         return False
     size = a.element_size()
     if a.shape != b.shape or a.stride() != b.stride() or size != b.element_size():
         return True
-    if (pa - pb) % size:
+    d = a.data_ptr() - b.data_ptr()
+    if d % size:
         return True  # (elements straddle each other)
     dims = sorted(((abs(s), n) for n, s in zip(a.shape, a.stride(), strict=True) if s and n > 1),
                   reverse=True)  # fmt: skip
-    return _offset_reachable(abs(pa - pb) // size, dims)
+    return _offset_reachable(abs(d) // size, dims, [4096])
 
 
 def _refuse_overlap(fn: str, outs: Sequence[Tensor], names: Sequence[str], inputs) -> None:
     """A ValueError naming ``out`` where an output may share memory with another output or an
     input (``(name, tensor)`` pairs): a scan would read what it has overwritten."""
+    others = [*((f"`out` for `{m}`", x) for m, x in zip(names, outs)), *(
+        (f"`{m}`", x) for m, x in inputs)]  # fmt: skip
+    spans = [_span(x) for _, x in others]
     for k, (o, n) in enumerate(zip(outs, names, strict=True)):
-        others = [*((f"`out` for `{m}`", x) for m, x in zip(names[:k], outs[:k])), *(
-            (f"`{m}`", x) for m, x in inputs)]  # fmt: skip
-        for what, x in others:
-            if overlap(o, x):
+        for j in range(k + 1, len(others)):  # (the outputs before k: checked against k)
+            what, x = others[j]
+            if overlap(o, x, spans[k], spans[j]):
                 raise ValueError(
                     f"{fn}: `out` tensor for `{n}` shares memory with {what}; pass outputs "
                     "that share no memory with the inputs or with each other"
@@ -293,7 +307,7 @@ def check_out(
                 f"{fn}: `out` tensor for `{n}` must have shape {tuple(shape)}, dtype {dtype} "
                 f"and device {device}; got {tuple(o.shape)}, {o.dtype}, {o.device}"
             )
-        if o.requires_grad and o.is_leaf:
+        if o.requires_grad and o.is_leaf and torch.is_grad_enabled():
             raise ValueError(f"{fn}: `out` tensor for `{n}` is a leaf that requires grad")
         if any(s == 0 and k > 1 for k, s in zip(o.shape, o.stride(), strict=True)):
             raise ValueError(f"{fn}: `out` tensor for `{n}` is a broadcast view (a stride of 0)")

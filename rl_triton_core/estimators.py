@@ -97,8 +97,11 @@ def linear_scan(
     Example:
         >>> x = linear_scan(torch.full((4, 1), 0.5), torch.ones(4, 1))  # 1, 1.5, 1.75, 1.875
     """
-    if reverse.__class__ is not bool:
-        raise TypeError(f"linear_scan: `reverse` must be a bool, got {type(reverse).__name__}")
+    if reverse.__class__ is not bool:  # (numpy's bool too)
+        if not (type(reverse).__module__ == "numpy" and type(reverse).__name__ in _NUMPY_BOOLS):
+            kind = f"{type(reverse).__module__}.{type(reverse).__qualname__}"
+            raise TypeError(f"linear_scan: `reverse` must be a bool, got {kind}")
+        reverse = bool(reverse)
     if _graph_path(a, b, initial) is not None:
         _scan_op_arguments(a, b, initial, time_dim, backend)
         return _ops.linear_scan(a, b, initial, reverse, time_dim, backend, out)
@@ -114,6 +117,9 @@ def linear_scan(
         steps.boundary("initial", initial),
         reverse,
     )
+
+
+_NUMPY_BOOLS = ("bool", "bool_")  # (numpy 2 names its scalar type `bool`)
 
 
 def _scan_op_arguments(a, b, initial, time_dim, backend) -> None:

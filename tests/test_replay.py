@@ -466,7 +466,7 @@ def test_out_sharing_memory_is_refused_not_replayed(device):
     with pytest.raises(ValueError, match="`out` tensor for `returns` shares memory with `values`"):
         rtc.gae(r, v, None, bootstrap_value=boot, out=(buffer[:, 0::2], v), backend="triton")
     shifted = (buffer[:, 0::2], torch.as_strided(buffer, (7, 4), (9, 2), 2))
-    with pytest.raises(ValueError, match="shares memory with `out` for `advantages`"):
+    with pytest.raises(ValueError, match="`advantages` shares memory with `out` for `returns`"):
         rtc.gae(r, v, None, bootstrap_value=boot, out=shifted, backend="triton")
     for _ in range(2):  # contiguous outs recorded, then an input of the same layout as one
         rtc.gae(r, v, None, bootstrap_value=boot, out=(torch.empty_like(r), torch.empty_like(r)),

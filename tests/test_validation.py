@@ -330,6 +330,18 @@ def test_outs_sharing_memory_or_interleaved(fn, backend):
     assert not buffer.isnan().any()
 
 
+def test_out_sharing_memory_through_separate_storages(backend):
+    """Two torch.from_numpy views of one numpy buffer have storages of their own: the check
+    compares addresses, not storage objects."""
+    np = pytest.importorskip("numpy")
+    block = np.random.default_rng(0).random((3, T, N), dtype=np.float32)
+    r, v = torch.from_numpy(block[0:2]).unbind(0)
+    outs = torch.from_numpy(block[1:3]).unbind(0)  # advantages is `values`, byte for byte
+    inputs = {**valid("gae"), "rewards": r, "values": v}
+    check_raises(ValueError, named("out") + ".*shares memory.*" + named("values"), "gae", inputs,
+                 backend, out=outs)  # fmt: skip
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # (torch.quantize_per_tensor: deprecated)
 def test_out_and_flag_kinds_refused(backend):
     """out= that is not a tensor, a broadcast view, a leaf requiring grad or an inference
