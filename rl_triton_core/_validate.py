@@ -66,10 +66,8 @@ def overlap(a: Tensor, b: Tensor, span_a=None, span_b=None) -> bool:
     views of one buffer), else whether the bytes they span intersect (addresses, not storage
     objects: two ``torch.from_numpy`` views of one numpy buffer have storages of their own).
     Metadata only; ``span_a``, ``span_b``: their :func:`_span` if known."""
-    if a.device != b.device or a.device.type == "meta":
-        return False
     (lo_a, hi_a), (lo_b, hi_b) = span_a or _span(a), span_b or _span(b)
-    if hi_a <= lo_b or hi_b <= lo_a:
+    if hi_a <= lo_b or hi_b <= lo_a or a.device != b.device or a.device.type == "meta":
         return False
     size = a.element_size()
     if a.shape != b.shape or a.stride() != b.stride() or size != b.element_size():
@@ -85,16 +83,17 @@ def overlap(a: Tensor, b: Tensor, span_a=None, span_b=None) -> bool:
 def _refuse_overlap(fn: str, outs: Sequence[Tensor], names: Sequence[str], inputs) -> None:
     """A ValueError naming ``out`` where an output may share memory with another output or an
     input (``(name, tensor)`` pairs): a scan would read what it has overwritten."""
-    others = [*((f"`out` for `{m}`", x) for m, x in zip(names, outs)), *(
-        (f"`{m}`", x) for m, x in inputs)]  # fmt: skip
-    spans = [_span(x) for _, x in others]
-    for k, (o, n) in enumerate(zip(outs, names, strict=True)):
-        for j in range(k + 1, len(others)):  # (the outputs before k: checked against k)
-            what, x = others[j]
-            if overlap(o, x, spans[k], spans[j]):
+    tensors = [*outs, *(x for _, x in inputs)]
+    spans = [_span(x) for x in tensors]
+    for k, o in enumerate(outs):
+        for j in range(k + 1, len(tensors)):  # (the outputs before k: checked against k)
+            if overlap(o, tensors[j], spans[k], spans[j]):
+                other = (
+                    f"`out` for `{names[j]}`" if j < len(outs) else f"`{inputs[j - len(outs)][0]}`"
+                )
                 raise ValueError(
-                    f"{fn}: `out` tensor for `{n}` shares memory with {what}; pass outputs "
-                    "that share no memory with the inputs or with each other"
+                    f"{fn}: `out` tensor for `{names[k]}` shares memory with {other}; pass "
+                    "outputs that share no memory with the inputs or with each other"
                 )
 
 
@@ -293,13 +292,16 @@ def check_out(
     """``out=`` as a tuple, one tensor per output name, each of the outputs' shape, dtype and
     device, sharing no memory with each other nor with ``inputs`` (``(name, tensor)`` pairs);
     otherwise a TypeError / ValueError naming ``out``."""
-    wanted = f"{fn}: `out` must be {len(names)} tensor(s) ({_name_list(names)})"
+
+    def wanted() -> str:
+        return f"{fn}: `out` must be {len(names)} tensor(s) ({_name_list(names)})"
+
     try:
         outs = (out,) if isinstance(out, Tensor) else tuple(out)
     except TypeError:
-        raise TypeError(f"{wanted}, got {type(out).__name__}") from None
+        raise TypeError(f"{wanted()}, got {type(out).__name__}") from None
     if len(outs) != len(names) or not all(isinstance(o, Tensor) for o in outs):
-        raise TypeError(wanted)
+        raise TypeError(wanted())
     for o, n in zip(outs, names, strict=True):
         _refuse_nested(fn, "out", o)
         if o.shape != shape or o.dtype != dtype or o.device != device:
@@ -309,7 +311,9 @@ def check_out(
             )
         if o.requires_grad and o.is_leaf and torch.is_grad_enabled():
             raise ValueError(f"{fn}: `out` tensor for `{n}` is a leaf that requires grad")
-        if any(s == 0 and k > 1 for k, s in zip(o.shape, o.stride(), strict=True)):
+        if 0 in (strides := o.stride()) and any(
+            s == 0 and k > 1 for k, s in zip(o.shape, strides, strict=True)
+        ):
             raise ValueError(f"{fn}: `out` tensor for `{n}` is a broadcast view (a stride of 0)")
     if torch.compiler.is_compiling():  # (memory and inference mode: not traceable; the
         return outs  # compiled op computes before it copies into out=)
