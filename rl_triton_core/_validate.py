@@ -61,12 +61,12 @@ def _span(x: Tensor) -> tuple[int, int]:
     return p + lo, p + hi
 
 
-def overlap(a: Tensor, b: Tensor, span_a=None, span_b=None) -> bool:
+def overlap(a: Tensor, b: Tensor, span_a: tuple[int, int], span_b: tuple[int, int]) -> bool:
     """Whether two tensors may share memory: exact for tensors of one layout (e.g. interleaved
     views of one buffer), else whether the bytes they span intersect (addresses, not storage
     objects: two ``torch.from_numpy`` views of one numpy buffer have storages of their own).
-    Metadata only; ``span_a``, ``span_b``: their :func:`_span` if known."""
-    (lo_a, hi_a), (lo_b, hi_b) = span_a or _span(a), span_b or _span(b)
+    Metadata only; ``span_a``, ``span_b``: their :func:`_span`."""
+    (lo_a, hi_a), (lo_b, hi_b) = span_a, span_b
     if hi_a <= lo_b or hi_b <= lo_a or a.device != b.device or a.device.type == "meta":
         return False
     size = a.element_size()

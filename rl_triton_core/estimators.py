@@ -102,8 +102,11 @@ def linear_scan(
             kind = f"{type(reverse).__module__}.{type(reverse).__qualname__}"
             raise TypeError(f"linear_scan: `reverse` must be a bool, got {kind}")
         reverse = bool(reverse)
-    if _graph_path(a, b, initial) is not None:
-        _scan_op_arguments(a, b, initial, time_dim, backend)
+    if _graph_path(a, b, initial) is not None:  # (the op's schema would raise RuntimeErrors
+        # for wrong argument types: the shared checks first)
+        steps = Steps("linear_scan", time_dim, {"a": a, "b": b})
+        steps.boundary("initial", initial)
+        resolve("linear_scan", backend, steps.device)
         return _ops.linear_scan(a, b, initial, reverse, time_dim, backend, out)
     steps = Steps("linear_scan", time_dim, {"a": a, "b": b})
     return _run(
@@ -120,19 +123,6 @@ def linear_scan(
 
 
 _NUMPY_BOOLS = ("bool", "bool_")  # (numpy 2 names its scalar type `bool`)
-
-
-def _scan_op_arguments(a, b, initial, time_dim, backend) -> None:
-    """The argument types the ``linear_scan`` op's schema takes, as TypeErrors naming the
-    argument (the op would raise a RuntimeError; shapes are checked inside it)."""
-    for name, x in (("a", a), ("b", b), ("initial", initial)):
-        if not (isinstance(x, Tensor) or (x is None and name == "initial")):
-            kind = "a torch.Tensor" + (" or None" if name == "initial" else "")
-            raise TypeError(f"linear_scan: `{name}` must be {kind}, got {type(x).__name__}")
-    if isinstance(time_dim, bool) or not isinstance(time_dim, int):
-        raise TypeError(f"linear_scan: `time_dim` must be an int, got {type(time_dim).__name__}")
-    if not isinstance(backend, str):
-        raise TypeError(f"linear_scan: `backend` must be a str, got {type(backend).__name__}")
 
 
 @replayable
