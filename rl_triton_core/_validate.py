@@ -227,8 +227,8 @@ class Steps:
         """gamma, lmbda or a clipping threshold: a Python number, or a tensor broadcast per step."""
         if x.__class__ is float:  # the common case, before the slower ABC check
             return x
-        if isinstance(x, numbers.Real) and not isinstance(x, Tensor):
-            return float(x)
+        if isinstance(x, numbers.Real) and not isinstance(x, (Tensor, bool)):
+            return float(x)  # (a bool is refused below, as numpy's is: gamma=True is a slip)
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a float or a tensor, got {type(x)}")
         _refuse_nested(self.fn, name, x)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 from _support import (
@@ -150,6 +151,16 @@ def test_zero_dim_coefficient_is_a_scalar(fn, backend, device):
     b = as_tuple(call(fn, {**inputs, "gamma": gamma}, backend=backend))
     for x, y in zip(a, b):
         assert_close(y, x, torch.float64)
+
+
+@pytest.mark.parametrize(("fn", "name"), PARAM_CASES)
+@pytest.mark.parametrize("bad", [True, np.bool_(True), "0.9"], ids=repr)
+def test_coefficient_that_is_not_a_number(fn, name, bad, backend):
+    """A bool (Python's or numpy's) or a string for a coefficient: a TypeError naming it,
+    not a silent 1.0 (``gamma=True``) nor a torch-internal error."""
+    inputs = valid(fn)
+    inputs[name] = bad
+    check_raises(TypeError, named(name), fn, inputs, backend)
 
 
 @pytest.mark.parametrize(("fn", "name"), NOTIME_CASES)
