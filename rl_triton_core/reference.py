@@ -109,9 +109,10 @@ def lambda_returns(
         g, lam = _coef(gamma, t), _coef(lmbda, t)
         nv = _next_value(values, next_values, bootstrap_value, t, T, like)
         c = _cont(terminated, truncated, t, T, like)
-        weight = 1 - lam * c.to(F64)  # of nv_t; exactly 0 (nv_t unused) when lambda c = 1
+        trace = _keep(c, lam + like)  # lambda_t c_t (lambda unused where the trace is cut)
+        weight = 1 - trace  # of nv_t; exactly 0 (nv_t unused) when lambda c = 1
         # (the carried G_{t+1} dropped where its coefficient gamma lambda c is 0)
-        future = g * _carry(weight, nv) + _carry(g, _carry(_keep(c, lam + like), G))
+        future = g * _carry(weight, nv) + _carry(g, _carry(trace, G))
         G = _f64(rewards[t]) + _keep(~_flag(terminated, t, like), future)
         rows[t] = G
     _write(out, rows)

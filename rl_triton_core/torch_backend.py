@@ -417,12 +417,15 @@ def _keep(mask: Tensor | None, x: Tensor, guard: bool) -> Tensor:
 
 
 def _add_kept(b: Tensor, coef, mask: Tensor | None, x: Tensor, guard: bool) -> Tensor:
-    """b += coef * keep(mask, x) in place (``coef``: a Python float or a tensor of b's rows);
-    unguarded with a float coefficient one fused ``addcmul``."""
+    """b += keep(mask, coef * x) in place (``coef``: a Python float or a tensor of b's rows;
+    guarded, a NaN coefficient at a masked step adds nothing either); unguarded with a float
+    coefficient one fused ``addcmul``."""
     if isinstance(coef, float):
         if mask is not None and not guard:
             return b.addcmul_(x, mask, value=coef)
         return b.add_(_keep(mask, x, guard), alpha=coef)
+    if guard and mask is not None:
+        return b.add_(_keep(mask, _to(coef, b.dtype) * x, guard))
     return b.addcmul_(_to(coef, b.dtype), _keep(mask, x, guard))
 
 
@@ -621,7 +624,7 @@ def lambda_returns(
             bootstrap = torch.where(weight == 0, _scalar(0.0, dtype, device), bootstrap)
         b = _fresh_copy(rewards, out, rows, dtype)
         _add_kept(b, _rows(gamma, rows), live, bootstrap, guard)
-        return trace * _coef(gamma, rows, dtype, device), b
+        return _keep(c, _product(gamma, lmbda, rows, dtype, device), guard), b  # γ λ c
 
     scan(coefficients, _copy_out(out), out, reverse=True)
 

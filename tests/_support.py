@@ -488,7 +488,7 @@ def seq_lambda_returns(r, term, trunc, nv, gamma, lmbda):
         G[t] = r[t]
         if term[t]:
             continue
-        lc = lmbda[t] * c[t]
+        lc = lmbda[t] if c[t] else 0.0  # (lambda_t unused where the trace is cut)
         inner = 0.0
         if 1 - lc != 0:
             inner += (1 - lc) * nv[t]
@@ -571,7 +571,7 @@ def seq_forward_trace(x, done, coef_step, initial):
     z = [0.0] * T
     prev = 0.0 if initial is None else initial
     for t in range(T):
-        coef = coef_step[t] * (0 if (t > 0 and done[t - 1]) else 1)
+        coef = 0.0 if (t > 0 and done[t - 1]) else coef_step[t]
         z[t] = x[t] + (coef * prev if coef != 0 else 0.0)
         prev = z[t]
     return (z,)
