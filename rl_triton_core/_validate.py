@@ -311,8 +311,10 @@ def check_out(
             )
         if o.requires_grad and o.is_leaf and torch.is_grad_enabled():
             raise ValueError(f"{fn}: `out` tensor for `{n}` is a leaf that requires grad")
-        if 0 in (strides := o.stride()) and any(
-            s == 0 and k > 1 for k, s in zip(o.shape, strides, strict=True)
+        if (
+            0 in (strides := o.stride())
+            and o.numel()
+            and any(s == 0 and k > 1 for k, s in zip(o.shape, strides, strict=True))
         ):
             raise ValueError(f"{fn}: `out` tensor for `{n}` is a broadcast view (a stride of 0)")
     if torch.compiler.is_compiling():  # (memory and inference mode: not traceable; the

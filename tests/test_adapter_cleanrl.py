@@ -258,6 +258,35 @@ def test_trailing_batch_axes():
         assert_close(ret[..., k], e_ret, torch.float32)
 
 
+def test_per_env_tensors_keep_their_layout():
+    """``next_value`` / ``next_done`` of the environments' shape, size-1 dims aside: ``[N, 1]``
+    (a value head's output) is accepted, a ``[K, N]`` for ``[T, N, K]`` rollouts is refused, not
+    silently reshaped; ``values`` of ``[T, 1]`` broadcast with ``truncated`` as without it."""
+    g = torch.Generator().manual_seed(3)
+    T, N, K = 5, 3, 2
+    rewards, values = torch.randn(T, N, K, generator=g), torch.randn(T, N, K, generator=g)
+    dones, next_value = torch.zeros(T, N, K), torch.randn(N, K, generator=g)
+    with pytest.raises(ValueError, match="`next_value` must hold one entry per environment"):
+        rl_triton_cleanrl.compute_gae(rewards, values, dones, next_value.T.contiguous(),
+                                      torch.zeros(N, K), 0.9, 0.8)  # fmt: skip
+    r, v = rewards[..., 0], values[:, :1, 0]
+    nv = next_value[:, :1]  # [N, 1]
+    want = rl_triton_cleanrl.compute_gae(r, v.expand(T, N), dones[..., 0], nv.flatten(),
+                                         torch.zeros(N), 0.9, 0.8, backend="torch")  # fmt: skip
+    got = rl_triton_cleanrl.compute_gae(r, v, dones[..., 0], nv, torch.zeros(N, 1), 0.9, 0.8,
+                                        backend="torch")  # fmt: skip
+    for a, e in zip(got, want):
+        assert_close(a, e, torch.float32)
+    trunc = torch.zeros(T, N, dtype=torch.bool)
+    trunc[2, 1] = True
+    kw = dict(truncated=trunc, final_values=torch.randn(T, N, generator=g), backend="torch")
+    want = rl_triton_cleanrl.compute_gae(r, v.expand(T, N).clone(), dones[..., 0], nv, torch.zeros(N),
+                                         0.9, 0.8, **kw)  # fmt: skip
+    got = rl_triton_cleanrl.compute_gae(r, v, dones[..., 0], nv, torch.zeros(N), 0.9, 0.8, **kw)
+    for a, e in zip(got, want):
+        assert_close(a, e, torch.float32)
+
+
 def test_empty_rollout():
     z = torch.zeros(0, 3)
     adv, ret = rl_triton_cleanrl.compute_gae(z, z, z, torch.zeros(3), torch.zeros(3), 0.99, 0.95)
@@ -357,6 +386,30 @@ def _rollout(T=5, N=2):
         (dict(next_value=torch.zeros(3)), ValueError, "`next_value` must hold one entry"),
         (dict(next_done=torch.zeros(2, 2)), ValueError, "`next_done` must hold one entry"),
         (dict(values=torch.zeros(4, 2)), ValueError, "values"),
+        (
+            dict(
+                values=torch.zeros(4, 2),
+                truncated=torch.zeros(5, 2),
+                final_values=torch.zeros(5, 2),
+            ),
+            ValueError,
+            "`values` must have the shape of `rewards`",
+        ),
+        (
+            dict(next_value=torch.zeros(2, dtype=torch.int64)),
+            TypeError,
+            "`next_value` must be a floating",
+        ),
+        (
+            dict(
+                next_value=torch.zeros(2, dtype=torch.int64),
+                truncated=torch.zeros(5, 2),
+                final_values=torch.zeros(5, 2),
+            ),
+            TypeError,
+            "`next_value` must be a floating",
+        ),
+        (dict(dones=torch.zeros(5, 2, dtype=torch.complex64)), TypeError, "`dones` must be a bool"),
         (dict(truncated=torch.zeros(5, 2)), ValueError, "`truncated` needs `final_values`"),
         (
             dict(truncated=torch.zeros(5, 1), final_values=torch.zeros(5, 2)),

@@ -134,6 +134,14 @@ def test_rollout_buffer_matches_sb3(n_envs, n_steps):
     assert_same_as_sb3(ours, theirs, data)
 
 
+def test_empty_buffer_like_sb3():
+    """``buffer_size=0`` (numpy gives its empty arrays zero strides): empty results, as SB3's."""
+    data = rollout(0, 2, seed=0)
+    ours, theirs = make(TritonRolloutBuffer, 0, 2), make(RolloutBuffer, 0, 2)
+    for a, e in zip(compute(ours, data), compute(theirs, data)):
+        assert a.shape == e.shape == (0, 2)
+
+
 @pytest.mark.parametrize("kind", PAIRS)
 @pytest.mark.parametrize(("n_steps", "n_envs"), [(1, 1), (5, 8), (128, 64)])
 def test_every_buffer_class_matches_its_base(kind, n_steps, n_envs):

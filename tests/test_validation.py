@@ -375,6 +375,14 @@ def test_out_and_flag_kinds_refused(backend):
                  {**inputs, "terminated": flags}, backend)  # fmt: skip
 
 
+def test_empty_out_with_zero_strides_is_accepted(backend):
+    """An empty ``out=`` has no element to write twice: zero strides (numpy's empty arrays) pass."""
+    empty = torch.from_numpy(np.zeros((0, N), dtype=np.float32))
+    assert 0 in empty.stride()
+    got = rtc.discounted_returns(torch.zeros(0, N), None, backend=backend, out=empty)
+    assert got is empty
+
+
 def test_linear_scan_argument_types(backend):
     """``reverse`` must be a bool; the differentiable path (an input requiring grad) checks the
     op's argument types before calling it; ``backend`` must be a str."""

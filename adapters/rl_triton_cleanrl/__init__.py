@@ -26,7 +26,6 @@ float64 reference.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 
@@ -74,20 +73,29 @@ def _contract(
                 f"{fn}: `{name}` is on {x.device} but `rewards` on {rewards.device}; "
                 "every tensor must be on one device"
             )
+        floating = name in ("rewards", "values", "next_value", "final_values")
+        if x.is_complex() or (floating and not x.is_floating_point()):
+            kind = "a floating-point" if floating else "a bool, integer or float 0/1"
+            raise TypeError(f"{fn}: `{name}` must be {kind} tensor, got {x.dtype}")
     if rewards.ndim < 1:
         raise ValueError(f"{fn}: `rewards` must be time-major [num_steps, ...], got a 0-dim tensor")
     shape = tuple(rewards.shape)
     batch = shape[1:]
+    if values.ndim != len(shape) or any(v not in (1, s) for v, s in zip(values.shape, shape)):
+        raise ValueError(
+            f"{fn}: `values` must have the shape of `rewards` {shape} (or broadcast to it with "
+            f"as many dims), got {tuple(values.shape)}"
+        )
     if tuple(dones.shape) != shape:
         raise ValueError(
             f"{fn}: `dones` must have the shape of `rewards` {shape}, got {tuple(dones.shape)}"
         )
-    n = math.prod(batch)
+    per_env = tuple(k for k in batch if k != 1)
     for name, x in (("next_value", next_value), ("next_done", next_done)):
-        if x.numel() != n:
+        if tuple(k for k in x.shape if k != 1) != per_env:  # (size-1 dims aside: no reordering)
             raise ValueError(
-                f"{fn}: `{name}` must hold one entry per environment ({n}, shape {batch} or "
-                f"[1, {n}]), got shape {tuple(x.shape)}"
+                f"{fn}: `{name}` must hold one entry per environment, of shape {batch} (size-1 "
+                f"dims aside, e.g. {(1, *batch)}), got shape {tuple(x.shape)}"
             )
     if truncated is not None:
         for name, x in (("truncated", truncated), ("final_values", final_values)):
@@ -95,6 +103,7 @@ def _contract(
                 raise ValueError(
                     f"{fn}: `{name}` must have the shape of `rewards` {shape}, got {tuple(x.shape)}"
                 )
+        values = values.expand(shape)
 
     next_done = next_done.reshape(1, *batch)
     next_value = next_value.reshape(batch)
@@ -164,8 +173,9 @@ def compute_gae(
         rewards, values: ``[num_steps, num_envs]`` (any trailing batch axes allowed).
         dones: same shape; ``dones[t]`` is true when observation ``t`` starts a new episode
             (CleanRL's ``dones[step] = next_done``). Bool, integer or float 0/1.
-        next_value: ``V(next_obs)`` after the last step, ``[num_envs]`` or ``[1, num_envs]``.
-        next_done: whether ``next_obs`` starts a new episode, ``[num_envs]``.
+        next_value: ``V(next_obs)`` after the last step, ``[num_envs]`` (or with size-1 dims:
+            ``[1, num_envs]``, ``[num_envs, 1]``).
+        next_done: whether ``next_obs`` starts a new episode, ``[num_envs]`` (likewise).
         gamma, gae_lambda: discount and GAE λ.
         truncated: optional, same shape as ``rewards``; ``truncated[t]``: step ``t`` ended its
             episode by truncation and not by termination (gymnasium's
