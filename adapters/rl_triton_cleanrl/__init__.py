@@ -181,7 +181,8 @@ def compute_gae(
             episode by truncation and not by termination (gymnasium's
             ``truncations & ~terminations``: a step that is both is terminal).
         final_values: with ``truncated``, ``V(info["final_obs"])`` at the truncated steps
-            (same shape as ``rewards``; other entries are not read).
+            (same shape as ``rewards``; other entries are not read, nor is it without
+            ``truncated``: the examples toggle bootstrapping with ``truncated`` alone).
         backend: ``"auto"``, ``"triton"``, ``"torch"`` or ``"reference"`` (see
             ``rl_triton_core``).
         device: where to compute; ``None`` (default): the rollout's device. E.g. ``"cuda"``
