@@ -52,10 +52,8 @@ def _graph_path(*inputs):
     :mod:`.autograd` when grad mode is on and a differentiable input requires grad; the custom
     ops of :mod:`.ops` while :func:`torch.compile` traces (see docs/autograd.md)."""
     if _grad_enabled():
-        for x in inputs:
-            if x is None or x.__class__ is float:  # (the common non-tensors, skipped first)
-                continue
-            if getattr(x, "requires_grad", False):
+        for x in inputs:  # (isinstance, not getattr: Dynamo cannot trace a numpy scalar's)
+            if isinstance(x, Tensor) and x.requires_grad:
                 return _autograd
     return _ops if _compiling() else None
 

@@ -44,9 +44,15 @@ def _schema(args: str, outputs: str) -> str:
     return f"({args}) -> {outputs}"
 
 
-def split(c) -> tuple[Tensor | None, float]:
-    """A coefficient as the ops' ``(Tensor? name_t, float name)`` pair."""
-    return (c, 0.0) if isinstance(c, Tensor) else (None, float(c))
+def split(fn: str, name: str, c) -> tuple[Tensor | None, float]:
+    """A coefficient as the ops' ``(Tensor? name_t, float name)`` pair; a bool, a string or None
+    is a TypeError naming it, as in eager calls (a deny-list: Dynamo cannot test numpy floats
+    against ``numbers.Real``)."""
+    if isinstance(c, Tensor):
+        return c, 0.0
+    if c is None or isinstance(c, (bool, str, bytes)):
+        raise TypeError(f"{fn}: `{name}` must be a float or a tensor, got {type(c)}")
+    return None, float(c)
 
 
 def _join(t: Tensor | None, f: float):
@@ -455,8 +461,8 @@ def gae(
     time_dim, backend, out,
 ):  # fmt: skip
     result = gae_op(
-        rewards, values, terminated, truncated, next_values, bootstrap_value, *split(gamma),
-        *split(lmbda), time_dim, backend,
+        rewards, values, terminated, truncated, next_values, bootstrap_value,
+        *split("gae", "gamma", gamma), *split("gae", "lmbda", lmbda), time_dim, backend,
     )  # fmt: skip
     return _into("gae", ("advantages", "returns"), out, result)
 
@@ -466,8 +472,9 @@ def lambda_returns(
     time_dim, backend, out,
 ):  # fmt: skip
     result = lambda_returns_op(
-        rewards, values, terminated, truncated, next_values, bootstrap_value, *split(gamma),
-        *split(lmbda), time_dim, backend,
+        rewards, values, terminated, truncated, next_values, bootstrap_value,
+        *split("lambda_returns", "gamma", gamma), *split("lambda_returns", "lmbda", lmbda),
+        time_dim, backend,
     )  # fmt: skip
     return _into("lambda_returns", ("returns",), out, result)
 
@@ -476,8 +483,8 @@ def discounted_returns(
     rewards, terminated, truncated, next_values, bootstrap_value, gamma, time_dim, backend, out
 ):
     result = discounted_returns_op(
-        rewards, terminated, truncated, next_values, bootstrap_value, *split(gamma), time_dim,
-        backend,
+        rewards, terminated, truncated, next_values, bootstrap_value,
+        *split("discounted_returns", "gamma", gamma), time_dim, backend,
     )  # fmt: skip
     return _into("discounted_returns", ("returns",), out, result)
 
@@ -488,8 +495,11 @@ def vtrace(
 ):  # fmt: skip
     result = vtrace_op(
         rewards, values, target_log_probs, behavior_log_probs, terminated, truncated,
-        next_values, bootstrap_value, *split(gamma), *split(lmbda), *split(rho_bar),
-        *split(c_bar), *split(rho_bar if pg_rho_bar is None else pg_rho_bar), time_dim, backend,
+        next_values, bootstrap_value, *split("vtrace", "gamma", gamma),
+        *split("vtrace", "lmbda", lmbda), *split("vtrace", "rho_bar", rho_bar),
+        *split("vtrace", "c_bar", c_bar),
+        *split("vtrace", "pg_rho_bar", rho_bar if pg_rho_bar is None else pg_rho_bar),
+        time_dim, backend,
     )  # fmt: skip
     return _into("vtrace", ("vs", "pg_advantages"), out, result)
 
@@ -500,7 +510,8 @@ def retrace(
 ):  # fmt: skip
     result = retrace_op(
         rewards, q_values, next_expected_q, target_log_probs, behavior_log_probs, terminated,
-        truncated, *split(gamma), *split(lmbda), *split(c_bar), trace, time_dim, backend,
+        truncated, *split("retrace", "gamma", gamma), *split("retrace", "lmbda", lmbda),
+        *split("retrace", "c_bar", c_bar), trace, time_dim, backend,
     )  # fmt: skip
     return _into("retrace", ("q_targets",), out, result)
 
@@ -509,7 +520,7 @@ def eligibility_traces(
     x, done, gamma, lmbda, initial, time_dim, backend, out, fn="eligibility_traces"
 ):
     result = eligibility_traces_op(
-        x, done, *split(gamma), *split(lmbda), initial, time_dim, backend
+        x, done, *split(fn, "gamma", gamma), *split(fn, "lmbda", lmbda), initial, time_dim, backend
     )
     names = ("sums",) if fn == "episodic_cumsum" else ("traces",)
     return _into(fn, names, out, result)

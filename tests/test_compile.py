@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from _support import as_tuple, call
@@ -58,7 +59,7 @@ def op_call(fn: str, inp: dict, backend: str):
     """The custom op and its arguments for a public call with inputs ``inp``."""
     g = inp.get
     boot = (g("terminated"), g("truncated"), g("next_values"), g("bootstrap_value"))
-    gl = (*ops.split(g("gamma", 0.99)), *ops.split(g("lmbda", 0.95)))
+    gl = (*ops.split(fn, "gamma", g("gamma", 0.99)), *ops.split(fn, "lmbda", g("lmbda", 0.95)))
     tail = (0, backend)
     if fn == "linear_scan":
         return ops.linear_scan_op, (g("a"), g("b"), g("initial"), g("reverse"), *tail)
@@ -67,14 +68,19 @@ def op_call(fn: str, inp: dict, backend: str):
     if fn == "lambda_returns":
         return ops.lambda_returns_op, (g("rewards"), g("values"), *boot, *gl, *tail)
     if fn == "discounted_returns":
-        return ops.discounted_returns_op, (g("rewards"), *boot, *ops.split(g("gamma")), *tail)
+        return ops.discounted_returns_op, (
+            g("rewards"),
+            *boot,
+            *ops.split(fn, "gamma", g("gamma")),
+            *tail,
+        )
     if fn == "vtrace":
         rho = g("rho_bar", 1.0)
         coefs = (
             *gl,
-            *ops.split(rho),
-            *ops.split(g("c_bar", 1.0)),
-            *ops.split(g("pg_rho_bar", rho)),
+            *ops.split(fn, "rho_bar", rho),
+            *ops.split(fn, "c_bar", g("c_bar", 1.0)),
+            *ops.split(fn, "pg_rho_bar", g("pg_rho_bar", rho)),
         )
         logp = (g("target_log_probs"), g("behavior_log_probs"))
         return ops.vtrace_op, (g("rewards"), g("values"), *logp, *boot, *coefs, *tail)
@@ -82,7 +88,7 @@ def op_call(fn: str, inp: dict, backend: str):
         q = (g("rewards"), g("q_values"), g("next_expected_q"))
         logp = (g("target_log_probs"), g("behavior_log_probs"))
         flags = (g("terminated"), g("truncated"))
-        coefs = (*gl, *ops.split(g("c_bar", 1.0)), g("trace", "retrace"))
+        coefs = (*gl, *ops.split(fn, "c_bar", g("c_bar", 1.0)), g("trace", "retrace"))
         return ops.retrace_op, (*q, *logp, *flags, *coefs, *tail)
     if fn in ("eligibility_traces", "episodic_cumsum"):
         if fn == "episodic_cumsum":
@@ -134,6 +140,29 @@ def test_fake_implementations_validate():
     inp = {**inp, "values": inp["values"][:, :2]}
     with pytest.raises(Exception, match="mismatched shapes"):
         torch.compile(lambda: call("gae", inp), fullgraph=True, backend="aot_eager")()
+
+
+@pytest.mark.parametrize("bad", [True, "0.9", None], ids=repr)
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_compiled_coefficient_types(bad, fullgraph):
+    """A bool, a string or None for a coefficient is refused while tracing too (it was read
+    as ``float(c)``: ``gamma=True`` ran as 1.0 under torch.compile only): a TypeError naming
+    it (with ``fullgraph=True`` wrapped by Dynamo, whose message keeps ours)."""
+    inp, _ = make_case("gae", "boot", dtype=torch.float32)
+    inp = {**inp, "gamma": bad}
+    f = torch.compile(lambda: call("gae", inp), fullgraph=fullgraph, backend="eager")
+    with pytest.raises(Exception, match="`gamma` must be a float or a tensor") as info:
+        f()
+    assert fullgraph or info.type is TypeError
+
+
+def test_compiled_numpy_float_coefficient():
+    """A numpy float64 ``gamma`` traces with ``fullgraph=True`` (Dynamo cannot trace
+    ``getattr(numpy_scalar, "requires_grad")``, which the graph-path test once used)."""
+    inp, _ = make_case("gae", "boot", dtype=torch.float32)
+    f = torch.compile(lambda g: call("gae", {**inp, "gamma": g}), fullgraph=True, backend="eager")
+    for o, w in zip(f(np.float64(0.9)), call("gae", {**inp, "gamma": 0.9}), strict=True):
+        assert torch.equal(o, w)
 
 
 # ---------------------------------------------------------------- compiled vs eager
