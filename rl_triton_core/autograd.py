@@ -192,10 +192,11 @@ def lambda_returns(
     term, trunc = c.flag("terminated", terminated), c.flag("truncated", truncated)
     g, lam = c.coefficient("gamma", gamma), c.coefficient("lmbda", lmbda)
     nv = _next_state(c, v, next_values, bootstrap_value)
-    trace = _keep(c.continues(term, trunc, r), lam, r)  # λ_t c_t
+    cont = c.continues(term, trunc, r)
+    trace = _keep(cont, lam, r)  # λ_t c_t
     weight = 1 - trace  # of nv_t: exactly 0 (nv_t unused) where λ_t c_t = 1
     b = r + _gated(_not(term), g, _cut(weight, nv))
-    return c.finish(out, ("returns",), c.scan(trace * g, b))
+    return c.finish(out, ("returns",), c.scan(_keep_product(cont, g, lam, r), b))
 
 
 def discounted_returns(

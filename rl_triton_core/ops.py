@@ -46,11 +46,15 @@ def _schema(args: str, outputs: str) -> str:
 
 def split(fn: str, name: str, c) -> tuple[Tensor | None, float]:
     """A coefficient as the ops' ``(Tensor? name_t, float name)`` pair; a bool, a string or None
-    is a TypeError naming it, as in eager calls (a deny-list: Dynamo cannot test numpy floats
-    against ``numbers.Real``)."""
+    is a TypeError naming it, as in eager calls. A deny-list: Dynamo models numpy scalars as
+    arrays, so it can neither test them against ``numbers.Real`` nor read their ``dtype`` under
+    ``fullgraph=True``; a numpy bool is therefore read as 1.0 / 0.0 here (eager calls refuse it)."""
     if isinstance(c, Tensor):
         return c, 0.0
     if c is None or isinstance(c, (bool, str, bytes)):
+        raise TypeError(f"{fn}: `{name}` must be a float or a tensor, got {type(c)}")
+    return None, float(c)
+    if c is None or isinstance(c, (bool, str, bytes)) or str(getattr(c, "dtype", "")) == "bool":
         raise TypeError(f"{fn}: `{name}` must be a float or a tensor, got {type(c)}")
     return None, float(c)
 

@@ -624,7 +624,8 @@ def lambda_returns(
             bootstrap = torch.where(weight == 0, _scalar(0.0, dtype, device), bootstrap)
         b = _fresh_copy(rewards, out, rows, dtype)
         _add_kept(b, _rows(gamma, rows), live, bootstrap, guard)
-        return _keep(c, _product(gamma, lmbda, rows, dtype, device), guard), b  # γ λ c
+        a = trace * _coef(gamma, rows, dtype, device)  # γ λ c
+        return (_keep(c, a, guard) if guard else a), b  # (guarded: a NaN γ at a cut unread)
 
     scan(coefficients, _copy_out(out), out, reverse=True)
 

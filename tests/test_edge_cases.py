@@ -314,12 +314,18 @@ def test_nan_reward_does_not_cross_a_done(backend, device):
     assert torch.equal(nanpos(disc), want), nanpos(disc)
 
 
+@pytest.mark.parametrize("boot", [False, True], ids=("next_values", "bootstrap"))
+@pytest.mark.parametrize("grad", [False, True], ids=("eager", "autograd"))
 @pytest.mark.parametrize("fn", ["gae", "lambda_returns", "discounted_returns", "vtrace", "retrace",
                                 "eligibility_traces"])  # fmt: skip
-def test_nan_coefficient_where_the_trace_is_cut_is_unused(fn, backend, device):
+def test_nan_coefficient_where_the_trace_is_cut_is_unused(fn, grad, boot, backend, device):
     """Per-step gamma NaN at terminated steps, lambda NaN where the trace is cut (done_t; for
     Retrace the step after it, whose kappa_{t+1} the cut drops; for eligibility traces gamma
-    and lambda after a done): the outputs equal those with a finite value there, bit for bit."""
+    and lambda after a done): the outputs (and, on the differentiable path, the gradients of
+    the first input) equal those with a finite value there. ``boot``: a bootstrap value
+    instead of next values, where the function takes them."""
+    if boot and fn not in ("gae", "lambda_returns", "discounted_returns", "vtrace"):
+        pytest.skip("no next values to replace")
     T, N = 7, 3
     g = rng(13)
     inputs = _basic_inputs(fn, T, N, g)
@@ -329,9 +335,12 @@ def test_nan_coefficient_where_the_trace_is_cut_is_unused(fn, backend, device):
     trunc = torch.zeros(T, N, dtype=torch.bool)
     trunc[1, 1] = trunc[5, 2] = True
     inputs[flag] = term
-    if fn != "eligibility_traces":
+    if boot:  # (no truncation: it needs next values)
+        del inputs["next_values"]
+        inputs["bootstrap_value"] = u(g, N)
+    elif fn != "eligibility_traces":
         inputs["truncated"] = trunc
-    done = term | trunc if fn != "eligibility_traces" else term
+    done = term | trunc if "truncated" in inputs else term
     after_done = torch.zeros_like(done)
     after_done[1:] = done[:-1]
     unused = {"gamma": term, "lmbda": after_done if fn == "retrace" else done}
@@ -341,16 +350,19 @@ def test_nan_coefficient_where_the_trace_is_cut_is_unused(fn, backend, device):
         del unused["lmbda"]
     finite = {name: torch.full((T, N), 0.8, dtype=F64) for name in unused}
     poisoned = {name: torch.where(m, NAN, finite[name]) for name, m in unused.items()}
-    d = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-    want = as_tuple(
-        call(fn, {**d, **{k: v.to(device) for k, v in finite.items()}}, backend=backend)
-    )
-    got = as_tuple(
-        call(fn, {**d, **{k: v.to(device) for k, v in poisoned.items()}}, backend=backend)
-    )
-    for k, (x, y) in enumerate(zip(got, want)):
-        assert torch.isfinite(x).all(), f"{fn} output {k}: a NaN coefficient was read"
-        assert_close(x, y, F64, name=f"{fn} output {k}")
+    first = STEP_ARGS[fn][0]
+
+    def run(coefficients):
+        d = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        d |= {k: v.to(device) for k, v in coefficients.items()}
+        d[first] = d[first].clone().requires_grad_(grad)
+        outs = as_tuple(call(fn, d, backend=backend))
+        grads = torch.autograd.grad(sum(o.sum() for o in outs), d[first]) if grad else ()
+        return [o.detach() for o in outs] + list(grads)
+
+    for k, (x, y) in enumerate(zip(run(poisoned), run(finite), strict=True)):
+        assert torch.isfinite(x).all(), f"{fn} output/gradient {k}: a NaN coefficient was read"
+        assert_close(x, y, F64, name=f"{fn} output/gradient {k}")
 
 
 def test_nan_next_value_at_terminated_step_is_gated(backend, device):
