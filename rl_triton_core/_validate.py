@@ -97,6 +97,11 @@ def _refuse_overlap(fn: str, outs: Sequence[Tensor], names: Sequence[str], input
                 )
 
 
+def not_a_coefficient(fn: str, name: str, x) -> TypeError:
+    """The error for a coefficient that is neither a number (a bool is not) nor a tensor."""
+    return TypeError(f"{fn}: `{name}` must be a float or a tensor, got {type(x)}")
+
+
 def _name_list(names: Sequence[str]) -> str:
     return ", ".join(f"`{n}`" for n in names)
 
@@ -230,7 +235,7 @@ class Steps:
         if isinstance(x, numbers.Real) and not isinstance(x, (Tensor, bool)):
             return float(x)  # (a bool is refused below, as numpy's is: gamma=True is a slip)
         if not isinstance(x, Tensor):
-            raise TypeError(f"{self.fn}: `{name}` must be a float or a tensor, got {type(x)}")
+            raise not_a_coefficient(self.fn, name, x)
         _refuse_nested(self.fn, name, x)
         if not x.is_floating_point():
             raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")

@@ -196,7 +196,8 @@ def lambda_returns(
     trace = _keep(cont, lam, r)  # λ_t c_t
     weight = 1 - trace  # of nv_t: exactly 0 (nv_t unused) where λ_t c_t = 1
     b = r + _gated(_not(term), g, _cut(weight, nv))
-    return c.finish(out, ("returns",), c.scan(_keep_product(cont, g, lam, r), b))
+    # a = γ_t λ_t c_t, γ masked too: a NaN γ_t where the trace is cut is not read
+    return c.finish(out, ("returns",), c.scan(trace * _keep(cont, g, r), b))
 
 
 def discounted_returns(

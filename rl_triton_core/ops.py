@@ -34,7 +34,7 @@ from torch import Tensor
 # runs (Python resolves the partially initialised submodule).
 from . import estimators as _est
 from ._dispatch import resolve
-from ._validate import Steps, check_out, require_next_state
+from ._validate import Steps, check_out, not_a_coefficient, require_next_state
 
 NAMESPACE = "rl_triton"
 _OPT_COEF = "Tensor? {0}_t, float {0}"
@@ -52,10 +52,7 @@ def split(fn: str, name: str, c) -> tuple[Tensor | None, float]:
     if isinstance(c, Tensor):
         return c, 0.0
     if c is None or isinstance(c, (bool, str, bytes)):
-        raise TypeError(f"{fn}: `{name}` must be a float or a tensor, got {type(c)}")
-    return None, float(c)
-    if c is None or isinstance(c, (bool, str, bytes)) or str(getattr(c, "dtype", "")) == "bool":
-        raise TypeError(f"{fn}: `{name}` must be a float or a tensor, got {type(c)}")
+        raise not_a_coefficient(fn, name, c)
     return None, float(c)
 
 
