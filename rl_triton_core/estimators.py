@@ -59,10 +59,11 @@ def _graph_path(*inputs):
 
 
 def _run(steps: Steps, backend: str, fn: str, out: Out, names: Sequence[str], *args):
-    """Allocate outputs, call ``backend.fn(*args, out)`` unless T = 0, return the outputs."""
+    """Allocate outputs, call ``backend.fn(*args, out)`` unless they are empty (T = 0, or an
+    empty batch), return the outputs."""
     outputs, views = steps.outputs(out, names)
     impl = resolve(steps.fn, backend, steps.device)
-    if steps.T > 0:
+    if 0 not in steps.shape:
         getattr(impl, fn)(*args, views if len(views) > 1 else views[0])
     return outputs if len(outputs) > 1 else outputs[0]
 
@@ -104,7 +105,8 @@ def linear_scan(
         # for wrong argument types: the shared checks first)
         steps = Steps("linear_scan", time_dim, {"a": a, "b": b})
         steps.boundary("initial", initial)
-        resolve("linear_scan", backend, steps.device)
+        if not _compiling():  # (traced, the op's fake checks it: Dynamo cannot trace imports)
+            resolve("linear_scan", backend, steps.device)
         return _ops.linear_scan(a, b, initial, reverse, time_dim, backend, out)
     steps = Steps("linear_scan", time_dim, {"a": a, "b": b})
     return _run(

@@ -444,6 +444,20 @@ def test_empty_time_axis_backward():
     assert adv.shape == (0, 3) and adv.requires_grad
 
 
+def test_empty_batch_backward(backend, device):
+    """T > 0 steps of an empty batch: empty gradients (no launch on the Triton backend)."""
+    a = torch.zeros(5, 0, device=device, requires_grad=True)
+    b = torch.zeros(5, 0, device=device, requires_grad=True)
+    ga, gb = torch.autograd.grad(rtc.linear_scan(a, b, backend=backend).sum(), (a, b))
+    assert ga.shape == gb.shape == (5, 0)
+    r = torch.zeros(5, 0, device=device, requires_grad=True)
+    boot = torch.zeros(0, device=device)
+    adv, ret = rtc.gae(r, r, None, bootstrap_value=boot, backend=backend)
+    assert adv.shape == ret.shape == (5, 0)
+    (g,) = torch.autograd.grad((adv + ret).sum(), r)
+    assert g.shape == (5, 0)
+
+
 def test_no_grad_calls_take_the_direct_path(monkeypatch):
     """Under no_grad, or with no input requiring grad, the autograd path is never entered;
     with an input requiring grad (and grad mode on) it is."""

@@ -193,6 +193,13 @@ def test_compiled_matches_eager_cpu(case):
     _check_compiled(*case, "cpu", "torch", "aot_eager")
 
 
+@pytest.mark.parametrize("variant", ["forward", "reverse"])
+def test_compiled_linear_scan_cpu(variant):
+    """``linear_scan`` traces whole too (its backend check is left to the op's fake: Dynamo
+    cannot trace the backend module's import, a graph break before)."""
+    _check_compiled("linear_scan", variant, "cpu", "torch", "aot_eager")
+
+
 @needs_cxx
 def test_compiled_all_estimators_inductor_cpu():
     """One Inductor compile of a function that calls every estimator (no gradient)."""
@@ -259,6 +266,13 @@ def test_export_keeps_the_ops():
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_gpu_compiled_matches_eager_inductor(case):
     _check_compiled(*case, "cuda", "auto", "inductor")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
+@pytest.mark.parametrize("variant", ["forward", "reverse"])
+def test_gpu_compiled_linear_scan_inductor(variant):
+    _check_compiled("linear_scan", variant, "cuda", "auto", "inductor")
 
 
 @pytest.mark.gpu

@@ -86,13 +86,17 @@ def test_single_step(backend, device):
     assert_close(xr, a.cpu() * init_.cpu() + x.cpu(), F64)
 
 
-# ---------------------------------------------------------------- T = 0
+# ---------------------------------------------------------------- T = 0, empty batches
 
 
-EMPTY_LAYOUTS = {
+EMPTY_LAYOUTS = {  # (shape, time_dim): an empty time axis, then an empty batch of T > 0 steps
     "time_major": ((0, 3), 0),
     "batch_major": ((3, 0), 1),
     "torchrl": ((2, 3, 0, 1), -2),
+    "time_major_no_envs": ((5, 0), 0),
+    "batch_major_no_envs": ((0, 5), 1),
+    "torchrl_no_envs": ((2, 0, 5, 1), -2),
+    "no_features": ((5, 3, 0), 0),
 }
 
 
@@ -125,7 +129,9 @@ def empty_inputs(fn, shape, time_dim, device, dtype=torch.float32):
 
 @pytest.mark.parametrize("layout", list(EMPTY_LAYOUTS))
 @pytest.mark.parametrize("fn", FUNCTIONS)
-def test_empty_time_axis(fn, layout, backend, device):
+def test_empty_outputs(fn, layout, backend, device):
+    """No elements (T = 0 or an empty batch): empty outputs and no launch (the Triton planner
+    divided by the number of sequences)."""
     shape, time_dim = EMPTY_LAYOUTS[layout]
     inputs = empty_inputs(fn, shape, time_dim, device)
     for use_out in (False, True):
