@@ -96,7 +96,8 @@ def linear_scan(
     Example:
         >>> x = linear_scan(torch.full((4, 1), 0.5), torch.ones(4, 1))  # 1, 1.5, 1.75, 1.875
     """
-    if reverse.__class__ is not bool:  # (numpy's bool too)
+    if not isinstance(reverse, bool):  # (numpy's bool too; isinstance: Dynamo 2.11 traced
+        # reverse.__class__ of a bool as another class)
         if not (type(reverse).__module__ == "numpy" and type(reverse).__name__ in _NUMPY_BOOLS):
             kind = f"{type(reverse).__module__}.{type(reverse).__qualname__}"
             raise TypeError(f"linear_scan: `reverse` must be a bool, got {kind}")
