@@ -88,8 +88,22 @@ def _structure(args: tuple, kwargs: dict, tensors: list[Tensor]) -> tuple:
 
 def _metadata(tensors: list[Tensor]) -> list[tuple]:
     """What a replay depends on in each tensor, for the checks in Python: class (subclasses,
-    whose dispatch differs), shape, strides, dtype, device and ``requires_grad``."""
-    return [(t.__class__, t.shape, t.stride(), t.dtype, t.device, t.requires_grad) for t in tensors]
+    whose dispatch differs), shape, strides, dtype, device, ``requires_grad``, and the dispatch
+    bits the C++ checks compare too: the negative bit (a replay would read the memory as it
+    is) and inference tensors (refused as ``out=`` outside ``inference_mode``)."""
+    return [
+        (
+            t.__class__,
+            t.shape,
+            t.stride(),
+            t.dtype,
+            t.device,
+            t.requires_grad,
+            t.is_neg(),
+            t.is_inference(),
+        )
+        for t in tensors
+    ]
 
 
 def _cpp_tensor_checks():

@@ -19,12 +19,22 @@ import torch
 from torch import Tensor
 
 Coefficient = float | Tensor
+# The per-step values an estimator may go without (the others are required: None is refused):
+# next_values, and lambda_returns' values (its next-state values can come from next_values)
+_OPTIONAL_VALUES = ("next_values",)
+_OPTIONAL_VALUES_OF = {"lambda_returns": ("values", "next_values")}
+# The floating dtypes of values, coefficients and float flags (not float8: torch has too few
+# ops for them, and Triton loads none)
+FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 
 
-def _refuse_nested(fn: str, name: str, x: Tensor) -> None:
-    """A TypeError naming ``name`` for a nested tensor (it has no strides or single shape)."""
+def _refuse_irregular(fn: str, name: str, x: Tensor) -> None:
+    """A TypeError naming ``name`` for a nested tensor (it has no strides or single shape) or a
+    sparse one (no strides)."""
     if x.is_nested:
         raise TypeError(f"{fn}: `{name}` is a nested tensor; pass a strided (regular) tensor")
+    if x.layout != torch.strided:
+        raise TypeError(f"{fn}: `{name}` has layout {x.layout}; pass a strided (dense) tensor")
 
 
 def extent(x: Tensor) -> tuple[int, int]:
@@ -129,12 +139,15 @@ class Steps:
         # This runs on every call: one pass over the tensors, and the common case (equal
         # shapes and dtypes) needs neither torch.broadcast_shapes nor type promotion.
         self.fn = fn
-        self.seen = given = [(name, x) for name, x in values.items() if x is not None]
+        optional = _OPTIONAL_VALUES_OF.get(fn, _OPTIONAL_VALUES)
+        self.seen = given = [
+            (name, x) for name, x in values.items() if x is not None or name not in optional
+        ]
         for name, x in given:
             if not isinstance(x, Tensor):
                 raise TypeError(f"{fn}: `{name}` must be a torch.Tensor, got {type(x).__name__}")
-            _refuse_nested(fn, name, x)
-            if not x.is_floating_point():
+            _refuse_irregular(fn, name, x)
+            if x.dtype not in FLOATS:
                 raise TypeError(
                     f"{fn}: `{name}` must be a floating-point tensor "
                     f"(float16, bfloat16, float32 or float64), got {x.dtype}"
@@ -221,9 +234,12 @@ class Steps:
             return None
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
-        _refuse_nested(self.fn, name, x)
-        if x.is_complex() or x.is_quantized:
-            raise TypeError(f"{self.fn}: `{name}` must be bool, integer or float, got {x.dtype}")
+        _refuse_irregular(self.fn, name, x)
+        if x.is_complex() or x.is_quantized or (x.is_floating_point() and x.dtype not in FLOATS):
+            raise TypeError(
+                f"{self.fn}: `{name}` must be bool, integer or float (float16, bfloat16, float32 "
+                f"or float64), got {x.dtype}"
+            )
         self.seen.append((name, x))
         self._check_rank_device(name, x, len(self.shape))
         return self._time_first(self._broadcast(name, x, self.shape))
@@ -233,12 +249,18 @@ class Steps:
         if x.__class__ is float:  # the common case, before the slower ABC check
             return x
         if isinstance(x, numbers.Real) and not isinstance(x, (Tensor, bool)):
-            return float(x)  # (a bool is refused below, as numpy's is: gamma=True is a slip)
+            try:  # (a bool is refused below, as numpy's is: gamma=True is a slip)
+                return float(x)
+            except OverflowError:  # (an int past float64's range)
+                raise ValueError(f"{self.fn}: `{name}` is too large for a float") from None
         if not isinstance(x, Tensor):
             raise not_a_coefficient(self.fn, name, x)
-        _refuse_nested(self.fn, name, x)
-        if not x.is_floating_point():
-            raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
+        _refuse_irregular(self.fn, name, x)
+        if x.dtype not in FLOATS:
+            raise TypeError(
+                f"{self.fn}: `{name}` must be a floating-point tensor (float16, bfloat16, "
+                f"float32 or float64), got {x.dtype}"
+            )
         self.seen.append((name, x))
         if x.dim() == 0:
             if x.device != self.device and x.device.type == "cpu" and not x.requires_grad:
@@ -253,9 +275,12 @@ class Steps:
             return None
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
-        _refuse_nested(self.fn, name, x)
-        if not x.is_floating_point():
-            raise TypeError(f"{self.fn}: `{name}` must be a floating-point tensor, got {x.dtype}")
+        _refuse_irregular(self.fn, name, x)
+        if x.dtype not in FLOATS:
+            raise TypeError(
+                f"{self.fn}: `{name}` must be a floating-point tensor (float16, bfloat16, "
+                f"float32 or float64), got {x.dtype}"
+            )
         self.seen.append((name, x))
         if x.device != self.device:
             raise ValueError(
@@ -308,7 +333,7 @@ def check_out(
     if len(outs) != len(names) or not all(isinstance(o, Tensor) for o in outs):
         raise TypeError(wanted())
     for o, n in zip(outs, names, strict=True):
-        _refuse_nested(fn, "out", o)
+        _refuse_irregular(fn, "out", o)
         if o.shape != shape or o.dtype != dtype or o.device != device:
             raise ValueError(
                 f"{fn}: `out` tensor for `{n}` must have shape {tuple(shape)}, dtype {dtype} "

@@ -40,8 +40,11 @@ class _Canon:
         if not torch.compiler.is_compiling():  # (traced, the op's fake checks it)
             resolve(fn, backend, steps.device)  # an unknown or unusable backend fails here
         self.backend = backend
-        self._coefs = coefs = {  # validated once (``coefficient`` returns them)
-            k: steps.coefficient(k, x) for k, x in (coefficients or {}).items() if x is not None
+        self._coefs = coefs = {  # validated once (``coefficient`` returns them); the factors
+            # may not be None (the others may: a default)
+            k: steps.coefficient(k, x)
+            for k, x in (coefficients or {}).items()
+            if x is not None or k in factors
         }
         acc64 = accumulates_in_float64(
             steps.dtype, steps.T, tuple(coefs[k] for k in factors), tuple(coefs.values())

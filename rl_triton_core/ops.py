@@ -170,7 +170,9 @@ def _linear_scan_backward(ctx, grad: Tensor):
             ga = _reduce(g * _shift(x, td, init_step, later=reverse), a.shape, a.dtype)
         if need_init:
             a0, g0 = a_full.select(td, first), g.select(td, first)
-            gi = torch.where(a0 == 0, 0.0, a0 * g0)
+            # a0 g0, exactly 0 where a0 == 0 even for a non-finite g0, and differentiable in
+            # a0 there too (a torch.where of the product blocked d/da0: double backward)
+            gi = a0 * torch.where(a0 == 0, g0.nan_to_num(0.0, 0.0, 0.0), g0)
             if initial.dim() == x.dim():
                 gi = gi.unsqueeze(td)
             gi = _reduce(gi, initial.shape, initial.dtype)

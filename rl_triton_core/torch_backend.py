@@ -365,6 +365,9 @@ def _product(x, y, rows: slice, dtype: torch.dtype, device: torch.device) -> Ten
     return _coef(x, rows, dtype, device) * _coef(y, rows, dtype, device)
 
 
+_NO_LOGICAL_NOT = (torch.uint16, torch.uint32, torch.uint64)  # (torch has no CPU kernel)
+
+
 def _keep_mask(flag: Tensor | None, rows: slice, dtype: torch.dtype) -> Tensor | None:
     """``1 - flag_t`` for the steps ``rows`` as a float 0/1 mask (non-zero flags are true);
     None for no flags. One ``logical_not`` written straight into the compute dtype."""
@@ -372,8 +375,8 @@ def _keep_mask(flag: Tensor | None, rows: slice, dtype: torch.dtype) -> Tensor |
         return None
     flag = _rows(flag, rows)
     out = torch.empty_like(flag, dtype=dtype)  # (torch.empty(shape) costs twice as much)
-    if flag.numel() <= SMALL_ELEMENTS:  # no Python 0 to wrap: 3x cheaper on tiny tensors
-        return torch.logical_not(flag, out=out)
+    if flag.numel() <= SMALL_ELEMENTS and flag.dtype not in _NO_LOGICAL_NOT:  # no Python 0 to
+        return torch.logical_not(flag, out=out)  # wrap: 3x cheaper on tiny tensors
     if flag.dtype == torch.bool:  # logical_not and bool compares are not vectorised:
         flag = flag.view(torch.uint8)  # comparing bytes is 3x faster on big tensors
     return torch.eq(flag, 0, out=out)
@@ -695,7 +698,8 @@ def vtrace(
         after = chunk.get("vs_first", vs[-1])  # vs of the step after the chunk
         vs_next = torch.cat((vs[1:], after[None]))
         chunk["vs_first"] = vs[0]
-        u = torch.where(chunk["c"] != 0, vs_next, chunk["nv"])
+        c = chunk["c"]  # (None: no step of the chunk is cut)
+        u = vs_next if c is None else torch.where(c != 0, vs_next, chunk["nv"])
         pg = _td_error(rewards, values, u, chunk["live"], gamma, rows, dtype, guard=True)
         torch.mul(pg, _min(chunk["w"], _rows(pg_rho_bar, rows)), out=_rows(pg_out, rows))
 

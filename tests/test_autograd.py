@@ -184,11 +184,17 @@ def test_linear_scan_gradcheck(device, reverse, form):
         assert torch.autograd.gradcheck(f, leaves), backend
 
 
+@pytest.mark.parametrize("cut_first", [False, True], ids=["", "cut_first"])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_linear_scan_gradgradcheck(device, reverse):
+def test_linear_scan_gradgradcheck(device, reverse, cut_first):
+    """``cut_first``: a = 0 at the step that reads ``initial``, where dL/dinitial = a g is
+    exactly 0 but its derivative in a is not (a torch.where on the product blocked it)."""
     g = torch.Generator().manual_seed(4)
     T, N = 5, 2
-    a = (torch.rand(T, N, generator=g, dtype=F64) * 2 - 1).to(device).requires_grad_()
+    a = torch.rand(T, N, generator=g, dtype=F64) * 2 - 1
+    if cut_first:
+        a[-1 if reverse else 0, 0] = 0.0
+    a = a.to(device).requires_grad_()
     b = torch.randn(T, N, generator=g, dtype=F64).to(device).requires_grad_()
     init = torch.randn(N, generator=g, dtype=F64).to(device).requires_grad_()
     for backend in gradcheck_backends(device):

@@ -179,6 +179,34 @@ def test_none_flags_equal_zero_flags(fn, backend, device):
     assert not torch.allclose(ores[0].cpu(), none[0].cpu())
 
 
+OTHER_FLAG_DTYPES = (torch.int8, torch.int16, torch.int32, torch.uint16, torch.uint32,
+                     torch.uint64, torch.float16, torch.bfloat16, torch.float64)  # fmt: skip
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS[1:])
+def test_other_flag_dtypes(fn, backend, device):
+    """Flags of the integer and float dtypes the property tests do not draw (unsigned 16-64
+    bits among them: torch has no logical_not for them, which the torch backend used on small
+    tensors) give the results of bool flags, truncations too (a gae with ``next_values``)."""
+    g = rng(5)
+    T, N = 7, 3
+    base = {k: (v.to(device) if isinstance(v, torch.Tensor) else v)
+            for k, v in _basic_inputs(fn, T, N, g).items()}  # fmt: skip
+    names = ["done"] if fn in ("eligibility_traces", "episodic_cumsum") else ["terminated"]
+    if fn in ("gae", "lambda_returns", "discounted_returns", "vtrace"):
+        names.append("truncated")
+    flags = {k: torch.rand(T, N, generator=g) < 0.3 for k in names}
+    if "truncated" in flags:
+        flags["terminated"] &= ~flags["truncated"]
+    want = as_tuple(call(fn, {**base, **{k: f.to(device) for k, f in flags.items()}},
+                         backend=backend))  # fmt: skip
+    for dtype in OTHER_FLAG_DTYPES:
+        cast = {k: (f * 3).to(dtype).to(device) for k, f in flags.items()}  # (true is 3)
+        got = as_tuple(call(fn, {**base, **cast}, backend=backend))
+        for a, b in zip(got, want, strict=True):
+            assert_close(a, b, F64, name=str(dtype))
+
+
 def _basic_inputs(fn, T, N, g):
     """Float64 time-major [T, N] inputs with next_values where the function takes them."""
     d = {}

@@ -428,6 +428,37 @@ def test_each_recording_replays_only_its_own_tensors(device, checks, launcher_ca
     assert max(map(len, _replay._PLANS.values())) <= _replay._MAX_PLANS
 
 
+@pytest.mark.parametrize("checks", ["c++", "python"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_negative_bit_and_inference_tensors_are_not_replayed_as_others(device, checks, monkeypatch):
+    """A tensor with the negative bit (``z.conj().imag``: the same strides as ``z.imag``) or an
+    inference tensor as ``out=`` matches no recording of plain tensors: the Python checks (used
+    where torch lacks the C++ ones, and for one tensor passed twice) compared neither, so a
+    replay read the negated tensor's memory as it is (results of the wrong sign) and took an
+    inference ``out=`` outside ``inference_mode``."""
+    monkeypatch.setattr(_replay, "_PLANS", {})
+    if checks == "python":
+        monkeypatch.setattr(_replay, "_TensorGuards", None)
+    g = torch.Generator().manual_seed(3)
+    z1, z2 = (torch.randn(6, 3, dtype=torch.complex64, generator=g).to(device) for _ in "12")
+    # a recording, a replay, then the negated tensors (of the same strides); one tensor twice
+    # (the Python checks either way)
+    y = z1.conj().imag
+    for x, nv in ((z1.imag, z2.imag), (z2.imag, z1.imag), (y, z2.conj().imag), (y, y)):
+        got = rtc.discounted_returns(x, None, next_values=nv, backend="triton")
+        want = rtc.discounted_returns(x.resolve_neg().double().cpu(), None,
+                                      next_values=nv.resolve_neg().double().cpu(),
+                                      backend="reference")  # fmt: skip
+        assert_close(got, want, torch.float32, name=f"neg {x.is_neg()}, twice {x is nv}")
+    r = torch.randn(6, 3, generator=g).to(device)
+    boot = torch.zeros(3, device=device)
+    rtc.discounted_returns(r, None, bootstrap_value=boot, backend="triton", out=torch.empty_like(r))
+    with torch.inference_mode():
+        frozen = torch.empty_like(r)
+    with pytest.raises(ValueError, match="inference"):
+        rtc.discounted_returns(r, None, bootstrap_value=boot, backend="triton", out=frozen)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradients_take_the_differentiable_path(device, launcher_calls):
     """Inputs that require grad: under no_grad a call records and replays; with grad mode on

@@ -210,6 +210,26 @@ def test_other_estimators_paths(regime, T, N, dtype):
     _check(rtc.episodic_cumsum, 1, r, x=r, done=term)
 
 
+@pytest.mark.parametrize("T,N", SHAPES)
+def test_no_flags_paths(regime, T, N):
+    """No flag at all (``terminated`` / ``done`` None): the chunks before the last have no
+    keep mask (None), which V-trace's outputs pass read (a TypeError before)."""
+    x = _inputs(T, N, torch.float32, seed=T + 7 * N)
+    r, v, boot = x["rewards"], x["values"], x["bootstrap"]
+    logp = dict(target_log_probs=x["log_probs"], behavior_log_probs=x["other_log_probs"])
+    _check(rtc.gae, 2, r, rewards=r, values=v, terminated=None, bootstrap_value=boot)
+    _check(rtc.lambda_returns, 1, r, rewards=r, values=v, terminated=None, bootstrap_value=boot)
+    _check(rtc.discounted_returns, 1, r, rewards=r, terminated=None, bootstrap_value=boot)
+    _check(rtc.vtrace, 2, r, rewards=r, values=v, terminated=None, bootstrap_value=boot, **logp)
+    for trace in ("retrace", "importance_sampling"):
+        _check(
+            rtc.retrace, 1, r, rewards=r, q_values=v, next_expected_q=x["next_values"],
+            terminated=None, trace=trace, **logp,
+        )  # fmt: skip
+    _check(rtc.eligibility_traces, 1, r, x=r, done=None, initial=boot)
+    _check(rtc.episodic_cumsum, 1, r, x=r, done=None)
+
+
 def test_long_horizon_float32_paths(regime):
     """float32 calls with a long horizon (gamma = 0.9995, lambda = 1, over 300 steps)
     accumulate in float64 (``_dispatch.accumulates_in_float64``) in every regime: float64

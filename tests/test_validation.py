@@ -197,6 +197,43 @@ def test_missing_next_values_and_bootstrap(fn, backend):
     )
 
 
+REQUIRED_CASES = [
+    (fn, name)
+    for fn in FUNCTIONS
+    for name in (*POSITIONAL[fn], *STEP_ARGS[fn])
+    if name not in FLAG_ARGS[fn]
+    and name != "next_values"
+    and (fn, name) != ("lambda_returns", "values")
+]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["direct", "autograd"])
+@pytest.mark.parametrize(("fn", "name"), sorted(set(REQUIRED_CASES)))
+def test_required_input_none(fn, name, grad, backend):
+    """None for a required tensor: a TypeError naming it (before: an IndexError, an
+    AttributeError, or a Triton launch with a null pointer)."""
+    inputs = valid(fn)
+    inputs[name] = None
+    if grad:  # (the differentiable path validates on its own)
+        inputs = {k: v.requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                  else v for k, v in inputs.items()}  # fmt: skip
+    check_raises(TypeError, named(name) + ".*None", fn, inputs, backend)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["direct", "autograd"])
+@pytest.mark.parametrize("fn", [f for f in FUNCTIONS if "gamma" in PARAM_ARGS[f]])
+def test_gamma_none_or_too_large(fn, grad, backend):
+    """``gamma=None`` is a TypeError on every path (the differentiable one raised a KeyError);
+    an int past float64's range a ValueError (an OverflowError before)."""
+    inputs = valid(fn)
+    if grad:
+        inputs = {k: v.requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                  else v for k, v in inputs.items()}  # fmt: skip
+    check_raises(TypeError, named("gamma"), fn, {**inputs, "gamma": None}, backend)
+    check_raises(ValueError, named("gamma") + ".*too large", fn, {**inputs, "gamma": 10**400},
+                 backend)  # fmt: skip
+
+
 def test_discounted_returns_missing_bootstrap_means_zero(backend, device):
     inputs = valid("discounted_returns", device)
     del inputs["bootstrap_value"]
@@ -244,6 +281,18 @@ def test_non_float_values(fn, name, bad_dtype, backend):
     check_raises(TypeError, pattern, fn, inputs, backend)
 
 
+@pytest.mark.parametrize(
+    ("fn", "name"), [*DTYPE_CASES, *FLAG_CASES, ("gae", "gamma"), ("vtrace", "rho_bar")]
+)
+def test_float8_refused(fn, name, backend):
+    """float8 values, flags and coefficients: a TypeError naming them (they passed as floating
+    point, then failed inside torch or Triton)."""
+    inputs = valid(fn, with_next_values=name != "bootstrap_value")
+    like = inputs[name] if isinstance(inputs[name], torch.Tensor) else torch.ones(T, 1)
+    inputs[name] = torch.zeros(like.shape).to(torch.float8_e4m3fn)
+    check_raises(TypeError, named(name) + ".*float8", fn, inputs, backend)
+
+
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
 @pytest.mark.parametrize(
     ("fn", "name"),
@@ -259,6 +308,21 @@ def test_nested_tensors(fn, name, backend):
         x = inputs[name] if isinstance(inputs[name], torch.Tensor) else torch.full((T, N), 0.9)
         inputs[name] = torch.nested.nested_tensor([x, x[:-1]])
     check_raises(TypeError, named(name) + ".*nested", fn, inputs, backend)
+
+
+@pytest.mark.parametrize(
+    ("fn", "name"),
+    [*DTYPE_CASES, *FLAG_CASES, ("gae", "gamma"), ("vtrace", "rho_bar"), ("gae", "out")],
+)
+def test_sparse_tensors(fn, name, backend):
+    """A sparse tensor anywhere: a TypeError naming it (torch or Triton failed on it inside)."""
+    inputs = valid(fn, with_next_values=name != "bootstrap_value")
+    if name == "out":
+        inputs["out"] = tuple(torch.zeros(T, N).to_sparse() for _ in range(2))
+    else:
+        x = inputs[name] if isinstance(inputs[name], torch.Tensor) else torch.full((T, N), 0.9)
+        inputs[name] = x.to_sparse()
+    check_raises(TypeError, named(name) + ".*sparse", fn, inputs, backend)
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS)
