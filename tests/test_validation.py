@@ -209,10 +209,10 @@ REQUIRED_CASES = [
 
 @pytest.mark.parametrize("grad", [False, True], ids=["direct", "autograd"])
 @pytest.mark.parametrize(("fn", "name"), sorted(set(REQUIRED_CASES)))
-def test_required_input_none(fn, name, grad, backend):
+def test_required_input_none(fn, name, grad, backend, device):
     """None for a required tensor: a TypeError naming it (before: an IndexError, an
     AttributeError, or a Triton launch with a null pointer)."""
-    inputs = valid(fn)
+    inputs = valid(fn, device)
     inputs[name] = None
     if grad:  # (the differentiable path validates on its own)
         inputs = {k: v.requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point()
@@ -222,10 +222,10 @@ def test_required_input_none(fn, name, grad, backend):
 
 @pytest.mark.parametrize("grad", [False, True], ids=["direct", "autograd"])
 @pytest.mark.parametrize("fn", [f for f in FUNCTIONS if "gamma" in PARAM_ARGS[f]])
-def test_gamma_none_or_too_large(fn, grad, backend):
+def test_gamma_none_or_too_large(fn, grad, backend, device):
     """``gamma=None`` is a TypeError on every path (the differentiable one raised a KeyError);
     an int past float64's range a ValueError (an OverflowError before)."""
-    inputs = valid(fn)
+    inputs = valid(fn, device)
     if grad:
         inputs = {k: v.requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point()
                   else v for k, v in inputs.items()}  # fmt: skip
