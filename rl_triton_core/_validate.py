@@ -26,6 +26,9 @@ _OPTIONAL_VALUES_OF = {"lambda_returns": ("values", "next_values")}
 # The floating dtypes of values, coefficients and float flags (not float8: torch has too few
 # ops for them, and Triton loads none)
 FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+_FLAGS = FLOATS | {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                   torch.uint16, torch.uint32, torch.uint64}  # fmt: skip
+_STRIDED = torch.strided
 
 
 def _refuse_irregular(fn: str, name: str, x: Tensor) -> None:
@@ -33,7 +36,7 @@ def _refuse_irregular(fn: str, name: str, x: Tensor) -> None:
     sparse one (no strides)."""
     if x.is_nested:
         raise TypeError(f"{fn}: `{name}` is a nested tensor; pass a strided (regular) tensor")
-    if x.layout != torch.strided:
+    if x.layout is not _STRIDED:
         raise TypeError(f"{fn}: `{name}` has layout {x.layout}; pass a strided (dense) tensor")
 
 
@@ -235,7 +238,7 @@ class Steps:
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
         _refuse_irregular(self.fn, name, x)
-        if x.is_complex() or x.is_quantized or (x.is_floating_point() and x.dtype not in FLOATS):
+        if x.dtype not in _FLAGS:  # (not complex, quantized nor float8)
             raise TypeError(
                 f"{self.fn}: `{name}` must be bool, integer or float (float16, bfloat16, float32 "
                 f"or float64), got {x.dtype}"

@@ -27,6 +27,8 @@ from . import ops
 from ._dispatch import accumulates_in_float64, resolve
 from ._validate import Steps, require_next_state
 
+_MAY_BE_NONE = ("pg_rho_bar", "lmbda")  # coefficients whose None is a default (see _Canon)
+
 
 class _Canon:
     """The validated call in time-first compute-dtype tensors: float32, or float64 for float64
@@ -40,11 +42,11 @@ class _Canon:
         if not torch.compiler.is_compiling():  # (traced, the op's fake checks it)
             resolve(fn, backend, steps.device)  # an unknown or unusable backend fails here
         self.backend = backend
-        self._coefs = coefs = {  # validated once (``coefficient`` returns them); the factors
-            # may not be None (the others may: a default)
+        self._coefs = coefs = {  # validated once (``coefficient`` returns them); None only
+            # where it is a default (pg_rho_bar; lmbda where it is not a factor: discounted)
             k: steps.coefficient(k, x)
             for k, x in (coefficients or {}).items()
-            if x is not None or k in factors
+            if x is not None or k in factors or k not in _MAY_BE_NONE
         }
         acc64 = accumulates_in_float64(
             steps.dtype, steps.T, tuple(coefs[k] for k in factors), tuple(coefs.values())

@@ -27,6 +27,8 @@ or ``torch.cuda.graph``) records the kernels.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import Tensor
 
@@ -44,6 +46,9 @@ def _schema(args: str, outputs: str) -> str:
     return f"({args}) -> {outputs}"
 
 
+_FLOAT_MAX = int(sys.float_info.max)
+
+
 def split(fn: str, name: str, c) -> tuple[Tensor | None, float]:
     """A coefficient as the ops' ``(Tensor? name_t, float name)`` pair; a bool, a string or None
     is a TypeError naming it, as in eager calls. A deny-list: Dynamo models numpy scalars as
@@ -53,6 +58,9 @@ def split(fn: str, name: str, c) -> tuple[Tensor | None, float]:
         return c, 0.0
     if c is None or isinstance(c, (bool, str, bytes)):
         raise not_a_coefficient(fn, name, c)
+    # (an int past float64's range: float(c) would raise an OverflowError Dynamo cannot catch)
+    if isinstance(c, int) and not -_FLOAT_MAX <= c <= _FLOAT_MAX:
+        raise ValueError(f"{fn}: `{name}` is too large for a float")
     return None, float(c)
 
 

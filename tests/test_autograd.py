@@ -452,16 +452,18 @@ def test_empty_time_axis_backward():
 
 def test_empty_batch_backward(backend, device):
     """T > 0 steps of an empty batch: empty gradients (no launch on the Triton backend)."""
-    a = torch.zeros(5, 0, device=device, requires_grad=True)
-    b = torch.zeros(5, 0, device=device, requires_grad=True)
-    ga, gb = torch.autograd.grad(rtc.linear_scan(a, b, backend=backend).sum(), (a, b))
-    assert ga.shape == gb.shape == (5, 0)
-    r = torch.zeros(5, 0, device=device, requires_grad=True)
-    boot = torch.zeros(0, device=device)
-    adv, ret = rtc.gae(r, r, None, bootstrap_value=boot, backend=backend)
-    assert adv.shape == ret.shape == (5, 0)
+    shape = (2, 0, 5, 1)  # (TorchRL's layout, time_dim=-2: its planner divided by the batch)
+    a = torch.zeros(shape, device=device, requires_grad=True)
+    b = torch.zeros(shape, device=device, requires_grad=True)
+    x = rtc.linear_scan(a, b, time_dim=-2, backend=backend)
+    ga, gb = torch.autograd.grad(x.sum(), (a, b))
+    assert ga.shape == gb.shape == shape
+    r = torch.zeros(shape, device=device, requires_grad=True)
+    boot = torch.zeros(2, 0, 1, device=device)
+    adv, ret = rtc.gae(r, r, None, bootstrap_value=boot, time_dim=-2, backend=backend)
+    assert adv.shape == ret.shape == shape
     (g,) = torch.autograd.grad((adv + ret).sum(), r)
-    assert g.shape == (5, 0)
+    assert g.shape == shape
 
 
 def test_no_grad_calls_take_the_direct_path(monkeypatch):

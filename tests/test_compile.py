@@ -156,6 +156,18 @@ def test_compiled_coefficient_types(bad, fullgraph):
     assert fullgraph or info.type is TypeError
 
 
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_compiled_coefficient_too_large(fullgraph):
+    """An int past float64's range: a ValueError naming it, as in eager calls (an
+    OverflowError from ``float(c)`` before)."""
+    inp, _ = make_case("gae", "boot", dtype=torch.float32)
+    inp = {**inp, "gamma": 10**400}
+    f = torch.compile(lambda: call("gae", inp), fullgraph=fullgraph, backend="eager")
+    with pytest.raises(Exception, match="`gamma` is too large") as info:
+        f()
+    assert fullgraph or info.type is ValueError
+
+
 def test_compiled_numpy_float_coefficient():
     """A numpy float64 ``gamma`` traces with ``fullgraph=True`` (Dynamo cannot trace
     ``getattr(numpy_scalar, "requires_grad")``, which the graph-path test once used)."""

@@ -232,6 +232,10 @@ def test_gamma_none_or_too_large(fn, grad, backend, device):
     check_raises(TypeError, named("gamma"), fn, {**inputs, "gamma": None}, backend)
     check_raises(ValueError, named("gamma") + ".*too large", fn, {**inputs, "gamma": 10**400},
                  backend)  # fmt: skip
+    if fn == "retrace":  # (c_bar unread by these traces: the differentiable path skipped it)
+        for trace in ("q_lambda", "tree_backup"):
+            check_raises(TypeError, named("c_bar"), fn, {**inputs, "c_bar": None}, backend,
+                         trace=trace)  # fmt: skip
 
 
 def test_discounted_returns_missing_bootstrap_means_zero(backend, device):
