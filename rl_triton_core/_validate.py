@@ -25,8 +25,8 @@ _OPTIONAL_VALUES = ("next_values",)
 _OPTIONAL_VALUES_OF = {"lambda_returns": ("values", "next_values")}
 # The floating dtypes of values, coefficients and float flags (not float8: torch has too few
 # ops for them, and Triton loads none)
-FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
-_FLAGS = FLOATS | {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+_FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+_FLAGS = _FLOATS | {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
                    torch.uint16, torch.uint32, torch.uint64}  # fmt: skip
 _STRIDED = torch.strided
 
@@ -38,6 +38,17 @@ def _refuse_irregular(fn: str, name: str, x: Tensor) -> None:
         raise TypeError(f"{fn}: `{name}` is a nested tensor; pass a strided (regular) tensor")
     if x.layout is not _STRIDED:
         raise TypeError(f"{fn}: `{name}` has layout {x.layout}; pass a strided (dense) tensor")
+
+
+def _refuse_non_float(fn: str, name: str, x: Tensor) -> None:
+    """A TypeError naming ``name`` unless ``x`` is a regular (strided) float16, bfloat16,
+    float32 or float64 tensor: values, coefficient tensors, bootstrap values."""
+    _refuse_irregular(fn, name, x)
+    if x.dtype not in _FLOATS:
+        raise TypeError(
+            f"{fn}: `{name}` must be a floating-point tensor (float16, bfloat16, float32 or "
+            f"float64), got {x.dtype}"
+        )
 
 
 def extent(x: Tensor) -> tuple[int, int]:
@@ -115,6 +126,11 @@ def not_a_coefficient(fn: str, name: str, x) -> TypeError:
     return TypeError(f"{fn}: `{name}` must be a float or a tensor, got {type(x)}")
 
 
+def too_large_for_a_float(fn: str, name: str) -> ValueError:
+    """The error for a coefficient past float64's range (an int: ``float()`` overflows)."""
+    return ValueError(f"{fn}: `{name}` is too large for a float")
+
+
 def _name_list(names: Sequence[str]) -> str:
     return ", ".join(f"`{n}`" for n in names)
 
@@ -149,12 +165,7 @@ class Steps:
         for name, x in given:
             if not isinstance(x, Tensor):
                 raise TypeError(f"{fn}: `{name}` must be a torch.Tensor, got {type(x).__name__}")
-            _refuse_irregular(fn, name, x)
-            if x.dtype not in FLOATS:
-                raise TypeError(
-                    f"{fn}: `{name}` must be a floating-point tensor "
-                    f"(float16, bfloat16, float32 or float64), got {x.dtype}"
-                )
+            _refuse_non_float(fn, name, x)
         first_name, first = given[0]
         ndim = first.dim()
         if ndim == 0:
@@ -255,15 +266,10 @@ class Steps:
             try:  # (a bool is refused below, as numpy's is: gamma=True is a slip)
                 return float(x)
             except OverflowError:  # (an int past float64's range)
-                raise ValueError(f"{self.fn}: `{name}` is too large for a float") from None
+                raise too_large_for_a_float(self.fn, name) from None
         if not isinstance(x, Tensor):
             raise not_a_coefficient(self.fn, name, x)
-        _refuse_irregular(self.fn, name, x)
-        if x.dtype not in FLOATS:
-            raise TypeError(
-                f"{self.fn}: `{name}` must be a floating-point tensor (float16, bfloat16, "
-                f"float32 or float64), got {x.dtype}"
-            )
+        _refuse_non_float(self.fn, name, x)
         self.seen.append((name, x))
         if x.dim() == 0:
             if x.device != self.device and x.device.type == "cpu" and not x.requires_grad:
@@ -278,12 +284,7 @@ class Steps:
             return None
         if not isinstance(x, Tensor):
             raise TypeError(f"{self.fn}: `{name}` must be a torch.Tensor or None")
-        _refuse_irregular(self.fn, name, x)
-        if x.dtype not in FLOATS:
-            raise TypeError(
-                f"{self.fn}: `{name}` must be a floating-point tensor (float16, bfloat16, "
-                f"float32 or float64), got {x.dtype}"
-            )
+        _refuse_non_float(self.fn, name, x)
         self.seen.append((name, x))
         if x.device != self.device:
             raise ValueError(

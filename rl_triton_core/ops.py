@@ -36,7 +36,13 @@ from torch import Tensor
 # runs (Python resolves the partially initialised submodule).
 from . import estimators as _est
 from ._dispatch import resolve
-from ._validate import Steps, check_out, not_a_coefficient, require_next_state
+from ._validate import (
+    Steps,
+    check_out,
+    not_a_coefficient,
+    require_next_state,
+    too_large_for_a_float,
+)
 
 NAMESPACE = "rl_triton"
 _OPT_COEF = "Tensor? {0}_t, float {0}"
@@ -60,7 +66,7 @@ def split(fn: str, name: str, c) -> tuple[Tensor | None, float]:
         raise not_a_coefficient(fn, name, c)
     # (an int past float64's range: float(c) would raise an OverflowError Dynamo cannot catch)
     if isinstance(c, int) and not -_FLOAT_MAX <= c <= _FLOAT_MAX:
-        raise ValueError(f"{fn}: `{name}` is too large for a float")
+        raise too_large_for_a_float(fn, name)
     return None, float(c)
 
 

@@ -197,6 +197,12 @@ def test_missing_next_values_and_bootstrap(fn, backend):
     )
 
 
+def _requiring_grad(inputs: dict) -> dict:
+    """The inputs with every floating tensor requiring grad (the differentiable path)."""
+    return {k: v.requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in inputs.items()}  # fmt: skip
+
+
 REQUIRED_CASES = [
     (fn, name)
     for fn in FUNCTIONS
@@ -215,8 +221,7 @@ def test_required_input_none(fn, name, grad, backend, device):
     inputs = valid(fn, device)
     inputs[name] = None
     if grad:  # (the differentiable path validates on its own)
-        inputs = {k: v.requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point()
-                  else v for k, v in inputs.items()}  # fmt: skip
+        inputs = _requiring_grad(inputs)
     check_raises(TypeError, named(name) + ".*None", fn, inputs, backend)
 
 
@@ -227,8 +232,7 @@ def test_gamma_none_or_too_large(fn, grad, backend, device):
     an int past float64's range a ValueError (an OverflowError before)."""
     inputs = valid(fn, device)
     if grad:
-        inputs = {k: v.requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point()
-                  else v for k, v in inputs.items()}  # fmt: skip
+        inputs = _requiring_grad(inputs)
     check_raises(TypeError, named("gamma"), fn, {**inputs, "gamma": None}, backend)
     check_raises(ValueError, named("gamma") + ".*too large", fn, {**inputs, "gamma": 10**400},
                  backend)  # fmt: skip
@@ -274,6 +278,8 @@ DTYPE_CASES = [
     for name in {**valid(fn, with_next_values=True), **valid(fn)}
     if name in STEP_ARGS[fn] or name in NOTIME_ARGS[fn]
 ]
+# every tensor argument kind: values, bootstrap values, flags, coefficient tensors
+TENSOR_ARG_CASES = [*DTYPE_CASES, *FLAG_CASES, ("gae", "gamma"), ("vtrace", "rho_bar")]
 
 
 @pytest.mark.parametrize(("fn", "name"), DTYPE_CASES)
@@ -285,9 +291,7 @@ def test_non_float_values(fn, name, bad_dtype, backend):
     check_raises(TypeError, pattern, fn, inputs, backend)
 
 
-@pytest.mark.parametrize(
-    ("fn", "name"), [*DTYPE_CASES, *FLAG_CASES, ("gae", "gamma"), ("vtrace", "rho_bar")]
-)
+@pytest.mark.parametrize(("fn", "name"), TENSOR_ARG_CASES)
 def test_float8_refused(fn, name, backend):
     """float8 values, flags and coefficients: a TypeError naming them (they passed as floating
     point, then failed inside torch or Triton)."""
@@ -297,36 +301,23 @@ def test_float8_refused(fn, name, backend):
     check_raises(TypeError, named(name) + ".*float8", fn, inputs, backend)
 
 
+def _irregular(kind: str, x: torch.Tensor) -> torch.Tensor:
+    return torch.nested.nested_tensor([x, x[:-1]]) if kind == "nested" else x.to_sparse()
+
+
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
-@pytest.mark.parametrize(
-    ("fn", "name"),
-    [*DTYPE_CASES, *FLAG_CASES, ("gae", "gamma"), ("vtrace", "rho_bar"), ("gae", "out")],
-)
-def test_nested_tensors(fn, name, backend):
-    """A nested tensor anywhere: a TypeError naming it (it has no single shape nor strides)."""
+@pytest.mark.parametrize("kind", ["nested", "sparse"])
+@pytest.mark.parametrize(("fn", "name"), [*TENSOR_ARG_CASES, ("gae", "out")])
+def test_irregular_tensors(fn, name, kind, backend):
+    """A nested tensor (no single shape nor strides) or a sparse one (no strides; torch or
+    Triton failed on it inside) anywhere: a TypeError naming it."""
     inputs = valid(fn, with_next_values=name != "bootstrap_value")
     if name == "out":
-        x = torch.zeros(T, N)
-        inputs["out"] = tuple(torch.nested.nested_tensor([x, x[:-1]]) for _ in range(2))
+        inputs["out"] = tuple(_irregular(kind, torch.zeros(T, N)) for _ in range(2))
     else:
         x = inputs[name] if isinstance(inputs[name], torch.Tensor) else torch.full((T, N), 0.9)
-        inputs[name] = torch.nested.nested_tensor([x, x[:-1]])
-    check_raises(TypeError, named(name) + ".*nested", fn, inputs, backend)
-
-
-@pytest.mark.parametrize(
-    ("fn", "name"),
-    [*DTYPE_CASES, *FLAG_CASES, ("gae", "gamma"), ("vtrace", "rho_bar"), ("gae", "out")],
-)
-def test_sparse_tensors(fn, name, backend):
-    """A sparse tensor anywhere: a TypeError naming it (torch or Triton failed on it inside)."""
-    inputs = valid(fn, with_next_values=name != "bootstrap_value")
-    if name == "out":
-        inputs["out"] = tuple(torch.zeros(T, N).to_sparse() for _ in range(2))
-    else:
-        x = inputs[name] if isinstance(inputs[name], torch.Tensor) else torch.full((T, N), 0.9)
-        inputs[name] = x.to_sparse()
-    check_raises(TypeError, named(name) + ".*sparse", fn, inputs, backend)
+        inputs[name] = _irregular(kind, x)
+    check_raises(TypeError, named(name) + f".*{kind}", fn, inputs, backend)
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS)
