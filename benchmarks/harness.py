@@ -13,7 +13,9 @@ for each method of :data:`baselines.METHODS` that applies: prepares it (compilin
 checks its result against the oracle (a failure is reported, never timed), and times it:
 
 * **device time**: CUDA events around one call, the L2 cache flushed before each repetition
-  by writing a 256 MB buffer, then a short ``torch.cuda._sleep`` so that the host has queued
+  by reading a 256 MB buffer (``--flush write``: by writing it, as ``triton.testing.do_bench``
+  does, which leaves the L2 full of the buffer's dirty lines for the timed call to write
+  back), then a short ``torch.cuda._sleep`` so that the host has queued
   the call before the GPU reaches the start event (the events then see GPU time, not Python
   launch overhead, unless the host needs longer than the sleep: eager loops); median of
   repetitions. On the CPU: ``perf_counter`` around one call, median.
@@ -69,6 +71,7 @@ TOL = {"float32": 1e-4, "bfloat16": 3e-2}  # max |got - want| / max(1, max |want
 OURS = ("ours-triton", "ours-torch")
 NO_COMPILE = tuple(m.name for m in bl.METHODS if not m.compiled)
 FLUSH_BYTES = 256 << 20
+FLUSHES = ("read", "write")  # how the L2 is flushed before each timed repetition (Clock)
 SLOW_CALL_S = 0.25  # a call this slow gets one full-call sample (and 3 device repetitions)
 
 
@@ -216,15 +219,32 @@ EFFORT = {
 
 
 class Clock:
-    """Device-aware timers: CUDA events with an L2 flush and a lead sleep, or perf_counter."""
+    """Device-aware timers: CUDA events with an L2 flush and a lead sleep, or perf_counter.
 
-    def __init__(self, device: torch.device):
+    The flush evicts the timed call's data from the L2 so that every repetition starts cold.
+    ``"read"`` (the default) sums a 256 MB buffer: the L2 is left holding clean lines, which
+    the call evicts for free. ``"write"`` zeroes the buffer instead (``do_bench``'s flush):
+    the call then also pays for writing back up to an L2 of the flush's dirty lines, bytes
+    that are not its own (``benchmarks/flush_effect.py`` measures the difference)."""
+
+    def __init__(self, device: torch.device, flush: str = "read"):
         self.device = device
         self.cuda = device.type == "cuda"
         self.cycles_per_us = None
+        if flush not in FLUSHES:
+            raise ValueError(f"flush must be one of {FLUSHES}, got {flush!r}")
+        self.flush_mode = flush
         if self.cuda:
-            self.cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+            self.cache = torch.zeros(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+            self._sink = torch.empty((), dtype=torch.int64, device=device)
             self.cycles_per_us = self._calibrate_sleep()
+
+    def flush(self) -> None:
+        """Evict the L2 (CUDA; see the class docstring)."""
+        if self.flush_mode == "write":
+            self.cache.zero_()
+        else:
+            torch.sum(self.cache, dim=0, out=self._sink)
 
     def sync(self) -> None:
         if self.cuda:
@@ -259,7 +279,7 @@ class Clock:
         ]
         cycles = int(min(lead_us, 2000.0) * self.cycles_per_us) if self.cycles_per_us else 0
         for start, end in events:
-            self.cache.zero_()  # flush L2: the call starts cold
+            self.flush()  # the call starts cold
             if cycles:
                 torch.cuda._sleep(cycles)  # hold the GPU while the host queues the call
             start.record()
@@ -849,6 +869,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--compile-backend", default="inductor", help="torch.compile backend of the baselines"
     )
+    ap.add_argument(
+        "--flush",
+        choices=FLUSHES,
+        default="read",
+        help="how the L2 is flushed before each timed repetition (default: read; see Clock)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own)")
     ap.add_argument("--self-check", action="store_true", help="check the harness itself and exit")
@@ -971,7 +997,8 @@ def main(argv=None) -> int:
     print(
         f"torch {meta['torch']}, triton {meta['triton']}, torchrl {meta['torchrl']}, SB3 {meta['stable_baselines3']}"
     )
-    clock = Clock(device)
+    clock = Clock(device, args.flush)
+    meta["flush"] = args.flush if device.type == "cuda" else None
     meta.update(references(clock, 8 << 20 if args.smoke else 64 << 20))
     meta["effort"] = asdict(effort)
     methods = tuple(args.methods) if args.methods else None

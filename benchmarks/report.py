@@ -167,8 +167,16 @@ def _revision(meta: dict) -> str:
     return f"commit {commit} (tree {tree}{'' if head.startswith(commit) else '; HEAD ' + head})"
 
 
+_FLUSHED = {
+    "read": "reading a 256 MB buffer",
+    "write": "writing a 256 MB buffer (dirty lines left)",
+}
+
+
 def markdown(rows: list[dict], meta: dict, targets: list[dict]) -> str:
-    ours = "ours-triton" if meta.get("device", "").startswith("cuda") else "ours-torch"
+    cuda = meta.get("device", "").startswith("cuda")
+    ours = "ours-triton" if cuda else "ours-torch"
+    flush = meta.get("flush", "write" if cuda else None)  # (runs before the option: write)
     lines = [f"# rl-triton benchmark: {meta.get('gpu') or meta.get('cpu')}", ""]
     lines.append(
         f"{meta.get('date')}, {_revision(meta)}; torch "
@@ -180,6 +188,7 @@ def markdown(rows: list[dict], meta: dict, targets: list[dict]) -> str:
     )
     lines.append(
         f"Copy bandwidth {meta['bandwidth_GBps']:.0f} GB/s (read + write). "
+        + (f"L2 flushed by {_FLUSHED[flush]} before each timed repetition. " if flush else "")
         + (
             f"Empty Triton kernel: launch {_f(meta.get('empty_launch_us'))} us, graph replay "
             f"{_f(meta.get('empty_graph_us'))} us (device), "
