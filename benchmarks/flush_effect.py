@@ -2,14 +2,13 @@
 
     python benchmarks/flush_effect.py [--shapes 256x65536 1024x65536] [--out F.json]
 
-The harness evicts the L2 before each timed repetition. Zeroing a 256 MB buffer (``--flush
-write``, as ``triton.testing.do_bench`` does) leaves the L2 full of that buffer's dirty lines,
-and the timed call writes them back as its own data evicts them: up to an L2 of bytes that are
-not the call's, a fixed cost of a few microseconds that the bandwidth floor (each input read
-once, each output written once) does not count. Reading the buffer instead (``read``, the
-harness's default) leaves clean lines. This script times, side by side in one process, plain
-copies of several sizes and every estimator of ours (Triton backend, float32, both layouts)
-under both flushes, so that the difference is measured rather than assumed.
+The harness evicts the L2 before each timed repetition. Zeroing a 256 MB buffer (``write``,
+the default, as ``triton.testing.do_bench`` does) leaves the L2 full of that buffer's dirty
+lines: the timed call writes them back as its own data evicts them, and leaves its own last
+dirty lines for later. Reading the buffer instead (``read``) leaves clean lines: the call pays
+for none but its own, and still leaves its last outputs unwritten, so it is timed for fewer
+bytes than it moves. This script times, side by side in one process, plain copies of several
+sizes and every estimator of ours (Triton backend, float32, both layouts) under both flushes.
 """
 
 from __future__ import annotations

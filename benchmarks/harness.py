@@ -13,9 +13,8 @@ for each method of :data:`baselines.METHODS` that applies: prepares it (compilin
 checks its result against the oracle (a failure is reported, never timed), and times it:
 
 * **device time**: CUDA events around one call, the L2 cache flushed before each repetition
-  by reading a 256 MB buffer (``--flush write``: by writing it, as ``triton.testing.do_bench``
-  does, which leaves the L2 full of the buffer's dirty lines for the timed call to write
-  back), then a short ``torch.cuda._sleep`` so that the host has queued
+  by writing a 256 MB buffer (``--flush read``: by reading it, a lower bound; see
+  :class:`Clock`), then a short ``torch.cuda._sleep`` so that the host has queued
   the call before the GPU reaches the start event (the events then see GPU time, not Python
   launch overhead, unless the host needs longer than the sleep: eager loops); median of
   repetitions. On the CPU: ``perf_counter`` around one call, median.
@@ -71,7 +70,7 @@ TOL = {"float32": 1e-4, "bfloat16": 3e-2}  # max |got - want| / max(1, max |want
 OURS = ("ours-triton", "ours-torch")
 NO_COMPILE = tuple(m.name for m in bl.METHODS if not m.compiled)
 FLUSH_BYTES = 256 << 20
-FLUSHES = ("read", "write")  # how the L2 is flushed before each timed repetition (Clock)
+FLUSHES = ("write", "read")  # how the L2 is flushed before each timed repetition (Clock)
 SLOW_CALL_S = 0.25  # a call this slow gets one full-call sample (and 3 device repetitions)
 
 
@@ -222,12 +221,15 @@ class Clock:
     """Device-aware timers: CUDA events with an L2 flush and a lead sleep, or perf_counter.
 
     The flush evicts the timed call's data from the L2 so that every repetition starts cold.
-    ``"read"`` (the default) sums a 256 MB buffer: the L2 is left holding clean lines, which
-    the call evicts for free. ``"write"`` zeroes the buffer instead (``do_bench``'s flush):
-    the call then also pays for writing back up to an L2 of the flush's dirty lines, bytes
-    that are not its own (``benchmarks/flush_effect.py`` measures the difference)."""
+    ``"write"`` (the default, ``triton.testing.do_bench``'s flush) zeroes a 256 MB buffer:
+    the call pays for writing back up to an L2 of the flush's dirty lines and leaves its own
+    last dirty lines unpaid, as back-to-back calls do (the harness's large rows: the same time
+    within 1%, geomean). ``"read"`` sums the buffer instead: the call starts among clean
+    lines and still leaves its last outputs unwritten, so it is timed for fewer bytes than it
+    moves, a lower bound (docs/benchmarks.md, "The L2 flush"; ``benchmarks/flush_effect.py``
+    times both)."""
 
-    def __init__(self, device: torch.device, flush: str = "read"):
+    def __init__(self, device: torch.device, flush: str = "write"):
         self.device = device
         self.cuda = device.type == "cuda"
         self.cycles_per_us = None
@@ -872,8 +874,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--flush",
         choices=FLUSHES,
-        default="read",
-        help="how the L2 is flushed before each timed repetition (default: read; see Clock)",
+        default="write",
+        help="how the L2 is flushed before each timed repetition (default: write; read gives "
+        "a lower bound; see Clock)",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own)")
