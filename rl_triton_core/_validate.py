@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -126,9 +127,16 @@ def not_a_coefficient(fn: str, name: str, x) -> TypeError:
     return TypeError(f"{fn}: `{name}` must be a float or a tensor, got {type(x)}")
 
 
-def too_large_for_a_float(fn: str, name: str) -> ValueError:
-    """The error for a coefficient past float64's range (an int: ``float()`` overflows)."""
-    return ValueError(f"{fn}: `{name}` is too large for a float")
+_FLOAT_MAX = int(sys.float_info.max)
+
+
+def real_to_float(fn: str, name: str, x) -> float:
+    """``float(x)`` for a real-number coefficient, eager or compiled; an int past float64's
+    range is a ValueError naming it (tested, not caught: Dynamo cannot catch the
+    OverflowError of ``float()``)."""
+    if isinstance(x, int) and not -_FLOAT_MAX <= x <= _FLOAT_MAX:
+        raise ValueError(f"{fn}: `{name}` is too large for a float")
+    return float(x)
 
 
 def _name_list(names: Sequence[str]) -> str:
@@ -263,10 +271,8 @@ class Steps:
         if x.__class__ is float:  # the common case, before the slower ABC check
             return x
         if isinstance(x, numbers.Real) and not isinstance(x, (Tensor, bool)):
-            try:  # (a bool is refused below, as numpy's is: gamma=True is a slip)
-                return float(x)
-            except OverflowError:  # (an int past float64's range)
-                raise too_large_for_a_float(self.fn, name) from None
+            # (a bool is refused below, as numpy's is: gamma=True is a slip)
+            return real_to_float(self.fn, name, x)
         if not isinstance(x, Tensor):
             raise not_a_coefficient(self.fn, name, x)
         _refuse_non_float(self.fn, name, x)

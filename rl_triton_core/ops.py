@@ -27,8 +27,6 @@ or ``torch.cuda.graph``) records the kernels.
 
 from __future__ import annotations
 
-import sys
-
 import torch
 from torch import Tensor
 
@@ -36,13 +34,7 @@ from torch import Tensor
 # runs (Python resolves the partially initialised submodule).
 from . import estimators as _est
 from ._dispatch import resolve
-from ._validate import (
-    Steps,
-    check_out,
-    not_a_coefficient,
-    require_next_state,
-    too_large_for_a_float,
-)
+from ._validate import Steps, check_out, not_a_coefficient, real_to_float, require_next_state
 
 NAMESPACE = "rl_triton"
 _OPT_COEF = "Tensor? {0}_t, float {0}"
@@ -50,9 +42,6 @@ _OPT_COEF = "Tensor? {0}_t, float {0}"
 
 def _schema(args: str, outputs: str) -> str:
     return f"({args}) -> {outputs}"
-
-
-_FLOAT_MAX = int(sys.float_info.max)
 
 
 def split(fn: str, name: str, c) -> tuple[Tensor | None, float]:
@@ -64,10 +53,7 @@ def split(fn: str, name: str, c) -> tuple[Tensor | None, float]:
         return c, 0.0
     if c is None or isinstance(c, (bool, str, bytes)):
         raise not_a_coefficient(fn, name, c)
-    # (an int past float64's range: float(c) would raise an OverflowError Dynamo cannot catch)
-    if isinstance(c, int) and not -_FLOAT_MAX <= c <= _FLOAT_MAX:
-        raise too_large_for_a_float(fn, name)
-    return None, float(c)
+    return None, real_to_float(fn, name, c)
 
 
 def _join(t: Tensor | None, f: float):
