@@ -1,6 +1,7 @@
 """The streaming floor: how fast a kernel with no scan moves an estimator's per-step bytes.
 
-    python benchmarks/stream_floor.py [--graphs] [--shapes TxN ...] [--out F.json]
+    python benchmarks/stream_floor.py [--graphs] [--shapes TxN ...] [--walk BTxBNxWxS ...]
+                                      [--layouts time-major batch-major] [--out F.json]
 
 The harness's bandwidth floor is the estimator's bytes (each input read once, each output
 written once) over the bandwidth of a large copy. A copy reads and writes equal bytes of one
@@ -14,8 +15,12 @@ the scan costs. Side by side in one process: the copy, the streaming kernel (the
 two block sizes) and ours. The [N] boundary tensors are not read (at most 0.17% of the bytes
 at the default shapes).
 
-With ``--graphs`` (small problems) it times CUDA-graph replays instead, as the harness's
-graph-replay target does, beside an empty kernel's replay.
+With ``--walk`` it also times the same sums in our plans' access pattern: programs of BN
+sequences walking all T steps in BT x BN tiles, W warps, the loop pipelined in S stages (e.g.
+``--shapes 4096x16384 --layouts time-major --walk 16x16x1x3 8x16x1x4``, the tiles of that
+row's plans). Where the walk is as slow as ours, the access pattern costs the time, not the
+scan. With ``--graphs`` (small problems) it times CUDA-graph replays instead, as the
+harness's graph-replay target does, beside an empty kernel's replay.
 """
 
 from __future__ import annotations
@@ -39,11 +44,8 @@ SMALL = ["16x1024", "256x1024", "128x4096", "32x16384"]  # the worst of the grap
 
 
 @triton.jit
-def _stream(x0, x1, x2, x3, x4, x5, o0, o1, n, NX: tl.constexpr, NO: tl.constexpr,
-            BLOCK: tl.constexpr):  # fmt: skip
-    """o0 = sum of the NX inputs (as float32), o1 = 2 * o0 when NO == 2."""
-    off = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = off < n
+def _sum_store(x0, x1, x2, x3, x4, x5, o0, o1, off, m, NX: tl.constexpr, NO: tl.constexpr):
+    """o0 = the sum of the NX inputs (as float32) at ``off``, o1 = 2 * o0 when NO == 2."""
     s = tl.load(x0 + off, mask=m, other=0).to(tl.float32)
     if NX > 1:
         s += tl.load(x1 + off, mask=m, other=0).to(tl.float32)
@@ -60,21 +62,52 @@ def _stream(x0, x1, x2, x3, x4, x5, o0, o1, n, NX: tl.constexpr, NO: tl.constexp
         tl.store(o1 + off, (2 * s).to(o1.dtype.element_ty), mask=m)
 
 
-def stream_call(p: bl.Problem, block: int, warps: int):
-    """The streaming kernel over ``p``'s per-step inputs, fresh outputs each call."""
+@triton.jit
+def _stream(x0, x1, x2, x3, x4, x5, o0, o1, n, NX: tl.constexpr, NO: tl.constexpr,
+            BLOCK: tl.constexpr):  # fmt: skip
+    """Flat: each program a BLOCK of contiguous elements."""
+    off = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    _sum_store(x0, x1, x2, x3, x4, x5, o0, o1, off, off < n, NX, NO)
+
+
+@triton.jit
+def _walk(x0, x1, x2, x3, x4, x5, o0, o1, T, N, s_t, s_n, NX: tl.constexpr, NO: tl.constexpr,
+          BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
+    """Our plans' access pattern without their scan: each program BLOCK_N sequences, walking
+    all T steps in BLOCK_T x BLOCK_N tiles, the loop pipelined in STAGES stages."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_T)
+    for i in tl.range(0, tl.cdiv(T, BLOCK_T), num_stages=STAGES):
+        t = i * BLOCK_T + rows
+        off = t[:, None].to(tl.int64) * s_t + cols[None, :].to(tl.int64) * s_n
+        m = (t[:, None] < T) & (cols[None, :] < N)
+        _sum_store(x0, x1, x2, x3, x4, x5, o0, o1, off, m, NX, NO)
+
+
+def stream_call(p: bl.Problem, block: int, warps: int, walk: tuple | None = None):
+    """The streaming kernel over ``p``'s per-step inputs, fresh outputs each call (in the
+    inputs' layout). ``walk``: (block_t, block_n, warps, stages), the tile walk ``_walk``
+    instead of the flat kernel (``block`` and ``warps`` then unused)."""
     xs = [x for name, x in p.tensors.items() if name != "bootstrap"]
     n, n_out = p.T * p.N, bl.N_OUTPUTS.get(p.estimator, 1)
     args = xs + [xs[0]] * (6 - len(xs))
-    grid = (triton.cdiv(n, block),)
+    s_t, s_n = (xs[0].stride(p.time_dim), xs[0].stride(1 - p.time_dim))
 
     def call():
-        o0 = torch.empty(n, dtype=p.dtype, device=p.device)
-        o1 = torch.empty(n, dtype=p.dtype, device=p.device) if n_out > 1 else o0
-        _stream[grid](*args, o0, o1, n, NX=len(xs), NO=n_out, BLOCK=block, num_warps=warps)
+        o0 = torch.empty_like(xs[0], dtype=p.dtype)
+        o1 = torch.empty_like(o0) if n_out > 1 else o0
+        if walk is None:
+            grid = (triton.cdiv(n, block),)
+            _stream[grid](*args, o0, o1, n, NX=len(xs), NO=n_out, BLOCK=block, num_warps=warps)
+        else:
+            bt, bn, w, stages = walk
+            _walk[(triton.cdiv(p.N, bn),)](*args, o0, o1, p.T, p.N, s_t, s_n, NX=len(xs),
+                                           NO=n_out, BLOCK_T=bt, BLOCK_N=bn, STAGES=stages,
+                                           num_warps=w)  # fmt: skip
         return o0, o1
 
     o0, o1 = call()  # checked once, untimed: every input read, every output written
-    want = sum(x.float() for x in xs).reshape(-1)
+    want = sum(x.float() for x in xs)
     if not torch.allclose(o0.float(), want, atol=1e-5) or (
         n_out > 1 and not torch.equal(o1, 2 * o0)
     ):
@@ -100,7 +133,7 @@ def graph_us(clock: h.Clock, fn) -> float:
     return h.graph_time(clock, h.capture_graph(fn), h.Effort(graph_s=0.05, min_reps=100))
 
 
-def graphs(clock: h.Clock, shapes: list[str], estimators: list[str]) -> list[dict]:
+def graphs(clock: h.Clock, shapes: list[str], estimators: list[str], layouts) -> list[dict]:
     """Graph replays of the empty kernel, the streaming kernel and ours at small shapes."""
     empty = h.empty_kernel_reference(clock)["empty_graph_us"]
     print(f"graph replay, device us; x: over the empty kernel's replay ({empty:.1f} us)")
@@ -108,7 +141,7 @@ def graphs(clock: h.Clock, shapes: list[str], estimators: list[str]) -> list[dic
     for shape in shapes:
         T, N = map(int, shape.split("x"))
         for est in estimators:
-            for layout in (h.TM, h.BM):
+            for layout in layouts:
                 p = bl.make_problem(est, T, N, layout, torch.float32, clock.device)
                 stream = min(
                     graph_us(clock, stream_call(p, b, w)) for b, w in ((1024, 4), (4096, 8))
@@ -124,26 +157,33 @@ def graphs(clock: h.Clock, shapes: list[str], estimators: list[str]) -> list[dic
     return rows
 
 
-def device_rows(clocks: dict, copy_bps: float, shapes: list[str], estimators: list[str]):
-    """Device times of the streaming kernel and ours against the copy floor."""
+def device_rows(
+    clocks: dict, copy_bps: float, shapes: list[str], estimators: list[str], layouts, walks
+):
+    """Device times of the streaming kernel, each tile walk of ``walks`` and ours against the
+    copy floor."""
     print("device us under the write flush (read flush, back to back); x: over the copy floor")
     rows = []
     for shape in shapes:
         T, N = map(int, shape.split("x"))
         for est in estimators:
-            for layout in (h.TM, h.BM):
+            for layout in layouts:
                 p = bl.make_problem(est, T, N, layout, torch.float32, clocks["write"].device)
                 floor = p.bytes_moved() / copy_bps * 1e6
                 streams = [times(clocks, stream_call(p, b, w)) for b, w in ((1024, 4), (4096, 8))]
                 stream = min(streams, key=lambda t: t["write"])
+                walked = {
+                    "x".join(map(str, w)): times(clocks, stream_call(p, 0, 0, w)) for w in walks
+                }
                 ours = times(clocks, bl._ours("triton")(p))
                 rows.append(dict(estimator=est, T=T, N=N, layout=layout, bytes=p.bytes_moved(),
-                                 floor_us=floor, stream=stream, ours=ours))  # fmt: skip
+                                 floor_us=floor, stream=stream, walks=walked, ours=ours))  # fmt: skip
                 ratio = {m: ours[m] / stream[m] for m in ("write", "read", "b2b")}
                 print(
                     f"{est:18s} [{T}, {N}] {layout:11s} floor {floor:6.1f}"
                     f" | stream {_fmt(stream, floor)} | ours {_fmt(ours, floor)}"
-                    f" | ours/stream {ratio['write']:4.2f} ({ratio['read']:4.2f}, {ratio['b2b']:4.2f})",
+                    f" | ours/stream {ratio['write']:4.2f} ({ratio['read']:4.2f}, {ratio['b2b']:4.2f})"
+                    + "".join(f" | walk {k} {_fmt(t, floor)}" for k, t in walked.items()),
                     flush=True,
                 )
                 del p
@@ -156,6 +196,11 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", nargs="*", help="TxN; default: LARGE, with --graphs SMALL")
     ap.add_argument("--estimators", nargs="*", default=list(bl.ESTIMATORS))
     ap.add_argument("--graphs", action="store_true", help="CUDA-graph replays (small shapes)")
+    ap.add_argument("--layouts", nargs="*", default=[h.TM, h.BM], choices=[h.TM, h.BM])
+    ap.add_argument(
+        "--walk", nargs="*", default=[], metavar="BTxBNxWxS",
+        help="also time the tile walk (_walk) in BT x BN tiles, W warps, S stages",
+    )  # fmt: skip
     ap.add_argument("--out", type=Path, help="JSON of every row")
     args = ap.parse_args(argv)
     shapes = args.shapes or (SMALL if args.graphs else LARGE)
@@ -168,9 +213,10 @@ def main(argv=None) -> int:
     )  # fmt: skip
     print(meta, flush=True)
     if args.graphs:
-        rows = graphs(clocks["write"], shapes, args.estimators)
+        rows = graphs(clocks["write"], shapes, args.estimators, args.layouts)
     else:
-        rows = device_rows(clocks, copy_bps, shapes, args.estimators)
+        walks = [tuple(map(int, w.split("x"))) for w in args.walk]
+        rows = device_rows(clocks, copy_bps, shapes, args.estimators, args.layouts, walks)
     if args.out:
         args.out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     return 0
