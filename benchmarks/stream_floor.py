@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -38,9 +37,11 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import baselines as bl
 import harness as h
+from flush_effect import device_us
 
 LARGE = ["256x65536", "1024x65536", "4096x16384"]
 SMALL = ["16x1024", "256x1024", "128x4096", "32x16384"]  # the worst of the graph-replay target
+FLAT = ((1024, 4), (4096, 8))  # the flat kernel's (BLOCK, warps): the better one is reported
 
 
 @triton.jit
@@ -84,19 +85,20 @@ def _walk(x0, x1, x2, x3, x4, x5, o0, o1, T, N, s_t, s_n, NX: tl.constexpr, NO: 
         _sum_store(x0, x1, x2, x3, x4, x5, o0, o1, off, m, NX, NO)
 
 
-def stream_call(p: bl.Problem, block: int, warps: int, walk: tuple | None = None):
+def stream_call(p: bl.Problem, flat: tuple = FLAT[0], walk: tuple | None = None):
     """The streaming kernel over ``p``'s per-step inputs, fresh outputs each call (in the
-    inputs' layout). ``walk``: (block_t, block_n, warps, stages), the tile walk ``_walk``
-    instead of the flat kernel (``block`` and ``warps`` then unused)."""
+    inputs' layout): flat in ``flat`` = (BLOCK, warps), or with ``walk`` = (block_t, block_n,
+    warps, stages) the tile walk ``_walk``."""
     xs = [x for name, x in p.tensors.items() if name != "bootstrap"]
     n, n_out = p.T * p.N, bl.N_OUTPUTS.get(p.estimator, 1)
     args = xs + [xs[0]] * (6 - len(xs))
-    s_t, s_n = (xs[0].stride(p.time_dim), xs[0].stride(1 - p.time_dim))
+    s_t, s_n = xs[0].stride(p.time_dim), xs[0].stride(1 - p.time_dim)
 
     def call():
         o0 = torch.empty_like(xs[0], dtype=p.dtype)
         o1 = torch.empty_like(o0) if n_out > 1 else o0
         if walk is None:
+            block, warps = flat
             grid = (triton.cdiv(n, block),)
             _stream[grid](*args, o0, o1, n, NX=len(xs), NO=n_out, BLOCK=block, num_warps=warps)
         else:
@@ -117,9 +119,7 @@ def stream_call(p: bl.Problem, block: int, warps: int, walk: tuple | None = None
 
 def times(clocks: dict, fn, reps: int = 40) -> dict:
     """Median device time under each flush and the best back-to-back time per call, in us."""
-    fn()
-    out = {m: statistics.median(c.device_times(fn, reps, lead_us=60.0)) * 1e6
-           for m, c in clocks.items()}  # fmt: skip
+    out = {m: device_us(c, fn, reps) for m, c in clocks.items()}
     out["b2b"] = min(clocks["write"].per_call(fn, 100) for _ in range(3)) * 1e6
     return out
 
@@ -143,9 +143,7 @@ def graphs(clock: h.Clock, shapes: list[str], estimators: list[str], layouts) ->
         for est in estimators:
             for layout in layouts:
                 p = bl.make_problem(est, T, N, layout, torch.float32, clock.device)
-                stream = min(
-                    graph_us(clock, stream_call(p, b, w)) for b, w in ((1024, 4), (4096, 8))
-                )
+                stream = min(graph_us(clock, stream_call(p, flat)) for flat in FLAT)
                 ours = graph_us(clock, bl._ours("triton")(p))
                 rows.append(dict(estimator=est, T=T, N=N, layout=layout, empty_us=empty,
                                  stream_graph_us=stream, ours_graph_us=ours))  # fmt: skip
@@ -170,10 +168,10 @@ def device_rows(
             for layout in layouts:
                 p = bl.make_problem(est, T, N, layout, torch.float32, clocks["write"].device)
                 floor = p.bytes_moved() / copy_bps * 1e6
-                streams = [times(clocks, stream_call(p, b, w)) for b, w in ((1024, 4), (4096, 8))]
+                streams = [times(clocks, stream_call(p, flat)) for flat in FLAT]
                 stream = min(streams, key=lambda t: t["write"])
                 walked = {
-                    "x".join(map(str, w)): times(clocks, stream_call(p, 0, 0, w)) for w in walks
+                    "x".join(map(str, w)): times(clocks, stream_call(p, walk=w)) for w in walks
                 }
                 ours = times(clocks, bl._ours("triton")(p))
                 rows.append(dict(estimator=est, T=T, N=N, layout=layout, bytes=p.bytes_moved(),
