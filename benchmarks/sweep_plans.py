@@ -11,7 +11,7 @@ each candidate's median (min-max over the rounds), its ratio to the default, and
 for scale, the replay of two plain copies of a ``[T, N]`` input.
 
     python benchmarks/sweep_plans.py --shape 128x4096 [--layout tm|bm] [--dtype bfloat16]
-        [--estimators gae vtrace ...] [--rounds 3]
+        [--estimators gae vtrace ...] [--rounds 3] [--forward]
         [--candidates [before] 16x8x1x1x1:stages=4 ...] [--before REV (with "before")]
 """
 
@@ -73,6 +73,7 @@ def main():
     ap.add_argument("--candidates", nargs="*", default=[], help="before | BTxBNxUxWxSPLIT[:F=V]")
     ap.add_argument("--before", help="the git revision whose plans the candidate 'before' runs")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--forward", action="store_true", help="linear_scan forward (else backward)")
     args = ap.parse_args()
     if "before" in args.candidates and not args.before:
         ap.error("the candidate 'before' needs --before REV")
@@ -83,7 +84,7 @@ def main():
     torch.manual_seed(0)
     shape = (N, T) if batch_major else (T, N)
     r, v, term, boot = random_inputs(shape, N, dtype, dev)
-    calls = estimator_calls(r, v, term, boot, int(batch_major))
+    calls = estimator_calls(r, v, term, boot, int(batch_major), reverse_scan=not args.forward)
     own = triton_backend._plan
     cands = ["default", *args.candidates]
     plans = {c: own if c == "default" else plans_of(args.before) if c == "before"

@@ -84,7 +84,9 @@ LAYOUTS = {
 # (20, 1100) and (12, 1100): time-major short rollouts in one-warp 16 x 8 tiles (partial tiles
 # of 4 and 12 steps, masked columns; Retrace in them at T = 12 only, in 64 x 16 tiles at T =
 # 20); (300, 16_400): time-major, unsplit one-warp 16 x 16 tiles (V-trace, Retrace 8 x 16;
-# GAE 3 stages) in a 4-stage pipelined loop (a partial last tile), but float64: 4 x 64 tiles
+# GAE 3 stages) in a 4-stage pipelined loop (a partial last tile), in float32 GAE 16 x 32,
+# TD(lambda) 16 x 16 (3 stages), Retrace 8 x 32, traces and the scans 32 x 32 (3 stages), in
+# 16-bit GAE's and traces' too, but float64: 4 x 64 tiles
 # split in 15 chunks, V-trace walking rows in 10 chunks (masked columns); (120, 1500) and
 # (300, 1100): batch-major V-trace, a program per sequence; (1000, 1): one sequence in one
 # tile of 1024 steps (a partial one; two sequences in the torchrl layout); (600, 16),

@@ -20,17 +20,44 @@ def h200(monkeypatch):
 
 def test_16bit_unsplit_below_32768_sequences(h200):
     """Time-major 16384 <= N < 32768 (Retrace: < 20480) from T = 256: 16-bit values run the
-    unsplit pipelined one-warp tiles of float32 (sweep 33), float64 the split plans."""
-    cases = [(kernels.GAE, (16, 16), 3), (kernels.LAMBDA, (16, 16), 4),
+    unsplit pipelined one-warp tiles (sweep 33; GAE's of sweep 48), float64 the split plans."""
+    cases = [(kernels.GAE, (16, 32), 3), (kernels.LAMBDA, (16, 16), 4),
              (kernels.VTRACE, (8, 16), 4), (kernels.RETRACE, (8, 16), 4)]  # fmt: skip
     for kind, tile, stages in cases:
-        for four_byte in (False, True):  # (16-bit values, float32)
-            plan = tb._plan(kind.value, 300, 16_400, True, H200, four_byte=four_byte)
-            assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, stages), kind
+        plan = tb._plan(kind.value, 300, 16_400, True, H200)  # (16-bit values)
+        assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, stages), kind
         assert tb._plan(kind.value, 300, 16_400, True, H200, acc64=True).n_chunks > 1, kind
     # below 16384 sequences the plans are those of before (from 32768: the next test)
     assert tb._plan(kernels.GAE.value, 300, 16_383, True, H200).n_chunks > 1
     assert tb._plan(kernels.GAE.value, 300, 65_536, True, H200)[:2] == (8, 32)
+
+
+def test_float32_tiles_below_32768_sequences(h200):
+    """Time-major 16384 <= N < 32768 (Retrace: < 20480) from T = 256 in float32: one-warp
+    tiles of sweep 48 (GAE 16 x 32, TD(lambda) 16 x 16 in 3 stages, Retrace 8 x 32 in 4, traces
+    and the scan 32 x 32 in 3), discounted returns and V-trace as before; in aligned 16-bit rows
+    GAE's and traces' too."""
+    cases = [(kernels.GAE, (16, 32), 3), (kernels.LAMBDA, (16, 16), 3),
+             (kernels.RETRACE, (8, 32), 4), (kernels.TRACES, (32, 32), 3),
+             (kernels.SCAN, (32, 32), 3), (kernels.DISCOUNTED, (16, 16), 4),
+             (kernels.VTRACE, (8, 16), 4)]  # fmt: skip
+    for kind, tile, stages in cases:
+        for T, N in ((256, 16_384), (4096, 16_400), (300, 32_767)):
+            if kind == kernels.RETRACE and N >= 20_480:
+                continue
+            plan = tb._plan(kind.value, T, N, True, H200, four_byte=True)
+            assert (plan[:2], plan.num_warps, plan.n_chunks, plan.stages) == (
+                tile, 1, 1, stages), kind  # fmt: skip
+        plan = tb._plan(kind.value, 300, 16_400, True, H200, four_byte=True, reverse=False)
+        assert plan[:2] == tile, kind  # (either direction)
+    gae, traces, scan = kernels.GAE.value, kernels.TRACES.value, kernels.SCAN.value
+    assert tb._plan(gae, 300, 16_400, True, H200)[:2] == (16, 32)  # (16-bit rows)
+    assert tb._plan(traces, 300, 16_400, True, H200, reverse=False)[:2] == (32, 32)
+    assert tb._plan(traces, 300, 16_400, True, H200, reverse=False, aligned=False)[:2] == (16, 16)
+    assert tb._plan(scan, 300, 16_400, True, H200)[:2] == (16, 16)
+    # below T = 256 and from N = 32768 the plans of before (see the tests around)
+    assert tb._plan(gae, 200, 16_400, True, H200, four_byte=True)[:2] == (8, 32)
+    assert tb._plan(gae, 300, 32_768, True, H200, four_byte=True)[:2] == (8, 32)
 
 
 def test_pipelined_tiles_from_32768_sequences(h200):
@@ -45,8 +72,10 @@ def test_pipelined_tiles_from_32768_sequences(h200):
         for four_byte in (False, True):
             plan = tb._plan(kind.value, 300, first, True, H200, four_byte=four_byte)
             assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, 3), kind
-            plan = tb._plan(kind.value, 300, first - 1, True, H200, four_byte=four_byte)
-            assert (plan.block_n, plan.stages) == (16, 4 if kind != kernels.GAE else 3), kind
+        plan = tb._plan(kind.value, 300, first - 1, True, H200)  # (16-bit; float32: above)
+        wider = {kernels.GAE: 32, kernels.TRACES: 32}.get(kind, 16)  # (sweep 48: above)
+        want = (wider, 3 if kind in (kernels.GAE, kernels.TRACES) else 4)
+        assert (plan.block_n, plan.stages) == want, kind
         assert tb._plan(kind.value, 300, first, True, H200, acc64=True).n_chunks > 1, kind
 
 
