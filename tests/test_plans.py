@@ -22,7 +22,8 @@ def test_16bit_unsplit_below_32768_sequences(h200):
     """Time-major 16384 <= N < 32768 (Retrace: < 20480) from T = 256: 16-bit values run the
     unsplit pipelined one-warp tiles (sweep 33; GAE's of sweep 48), float64 the split plans."""
     cases = [(kernels.GAE, (16, 32), 3), (kernels.LAMBDA, (16, 16), 4),
-             (kernels.VTRACE, (8, 16), 4), (kernels.RETRACE, (8, 16), 4)]  # fmt: skip
+             (kernels.VTRACE, (8, 16), 4), (kernels.RETRACE, (8, 16), 4),
+             (kernels.DISCOUNTED, (16, 16), 4)]  # fmt: skip
     for kind, tile, stages in cases:
         plan = tb._plan(kind.value, 300, 16_400, True, H200)  # (16-bit values)
         assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, stages), kind
@@ -42,7 +43,7 @@ def test_float32_tiles_below_32768_sequences(h200):
              (kernels.SCAN, (32, 32), 3), (kernels.DISCOUNTED, (16, 16), 4),
              (kernels.VTRACE, (8, 16), 4)]  # fmt: skip
     for kind, tile, stages in cases:
-        for T, N in ((256, 16_384), (4096, 16_400), (300, 32_767)):
+        for T, N in ((256, 16_384), (4096, 16_400), (300, 20_479), (300, 32_767)):
             if kind == kernels.RETRACE and N >= 20_480:
                 continue
             plan = tb._plan(kind.value, T, N, True, H200, four_byte=True)
@@ -63,7 +64,7 @@ def test_float32_tiles_below_32768_sequences(h200):
 def test_pipelined_tiles_from_32768_sequences(h200):
     """Time-major from N = 32768 at T >= 256: the one-warp tiles pipelined in 3 stages of
     N >= 65536, 8 x 32 (V-trace 4 x 32; sweep 34), Retrace's from N = 20480 (sweep 35); below,
-    the 16-column tiles stay; float64 keeps its split plans."""
+    the tiles of the two tests above; float64 keeps its split plans."""
     cases = [(kernels.GAE, (8, 32)), (kernels.LAMBDA, (8, 32)), (kernels.VTRACE, (4, 32)),
              (kernels.RETRACE, (8, 32)), (kernels.TRACES, (8, 32)),
              (kernels.SCAN, (8, 32))]  # fmt: skip
@@ -73,8 +74,7 @@ def test_pipelined_tiles_from_32768_sequences(h200):
             plan = tb._plan(kind.value, 300, first, True, H200, four_byte=four_byte)
             assert (plan[:2], plan.n_chunks, plan.stages) == (tile, 1, 3), kind
         plan = tb._plan(kind.value, 300, first - 1, True, H200)  # (16-bit; float32: above)
-        wider = {kernels.GAE: 32, kernels.TRACES: 32}.get(kind, 16)  # (sweep 48: above)
-        want = (wider, 3 if kind in (kernels.GAE, kernels.TRACES) else 4)
+        want = {kernels.GAE: (32, 3), kernels.TRACES: (32, 3)}.get(kind, (16, 4))  # (sweep 48)
         assert (plan.block_n, plan.stages) == want, kind
         assert tb._plan(kind.value, 300, first, True, H200, acc64=True).n_chunks > 1, kind
 
