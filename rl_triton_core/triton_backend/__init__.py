@@ -143,8 +143,8 @@ _NARROW_SIDE_BY_SIDE = {kernels.GAE.value: 4, kernels.DISCOUNTED.value: 4,
 _PIPELINED_FEW_LONG = {kernels.DISCOUNTED.value: 65536, kernels.TRACES.value: 65536,
                        kernels.SCAN.value: 65536, kernels.RETRACE.value: 131072}  # fmt: skip
 # Time-major 16384 <= N < 32768 from T = 256, float32: one-warp tiles (block_t, block_n) in
-# the stages given, in place of 16 x 16 (Retrace 8 x 16) in 4 stages (GAE 3); GAE's and
-# traces' (episodic sums') in aligned 16-bit rows too (sweep 48).
+# the stages given, in place of 16 x 16 (Retrace 8 x 16) in 4 stages; GAE's and traces'
+# (episodic sums') in aligned 16-bit rows too (sweep 48).
 _PIPELINED_FROM_16384 = {kernels.GAE.value: (16, 32, 3), kernels.LAMBDA.value: (16, 16, 3),
                          kernels.RETRACE.value: (8, 32, 4), kernels.TRACES.value: (32, 32, 3),
                          kernels.SCAN.value: (32, 32, 3)}  # fmt: skip
@@ -346,12 +346,11 @@ def _plan(
                 # from N = 65536 (sweep 37)
                 block_t, block_n, prefetch = 8, 16, not (eight_byte and N >= 65536)
         elif time_major and 16384 <= N < 32768 and not acc64:  # (T >= 256: not `many`)
-            # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages (GAE 3),
-            # no split (sweeps 26, 27 and 33: 0.47-1.00x the time of the plans before); in
-            # float32 (GAE and traces: in aligned 16-bit rows too) those of _PIPELINED_FROM_16384
+            # one-warp 16 x 16 tiles (V-trace, Retrace: 8 x 16) pipelined in 4 stages, no split
+            # (sweeps 26, 27 and 33: 0.47-1.00x the time of the plans before); in float32 (GAE
+            # and traces: in aligned 16-bit rows too, GAE's being aligned here: the unaligned
+            # ones took the branch above) those of _PIPELINED_FROM_16384
             block_t, block_n, unroll, warps, target, stages = 8 if heavy else 16, 16, 1, 1, 0, 4
-            if kind == kernels.GAE.value:
-                stages = 3
             if kind in _PIPELINED_FROM_16384 and (
                 four_byte or (aligned and kind in _PIPELINED_16BIT_FROM_16384)
             ):  # (sweep 48: 0.76-1.00x the time of the tiles above on an H200)
