@@ -26,6 +26,7 @@ float64 reference.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -264,7 +265,8 @@ def max_rel_diff(actual: Tensor | Sequence[Tensor], expected: Tensor | Sequence[
     not of their own: once a critic fits, ``max |A|`` can be ~1e-3 with ``V`` ~ 100, and any
     float32 evaluation, CleanRL's own loop included, is then off by ~1e-2 of ``max |A|``
     (docs/parity.md). Scaled by the largest output, float32 results stay below 1e-5 (the
-    scripts' ``--shadow-check`` against ``backend="reference"``). NaN anywhere gives NaN.
+    scripts' ``--shadow-check`` against ``backend="reference"``). NaN anywhere gives NaN; equal
+    infinities differ by 0, and an infinity against anything else by ``inf``.
     """
     if isinstance(actual, Tensor):
         actual, expected = (actual,), (expected,)
@@ -282,11 +284,11 @@ def max_rel_diff(actual: Tensor | Sequence[Tensor], expected: Tensor | Sequence[
         if e.numel() == 0:
             continue
         a, e = a.detach().to("cpu", torch.float64), e.detach().to("cpu", torch.float64)
-        diff = (a - e).abs().max().item()
+        diff = torch.where(a == e, 0.0, (a - e).abs()).max().item()  # (inf - inf: NaN)
         if diff != diff:  # NaN
             return diff
         error, scale = max(error, diff), max(scale, e.abs().max().item())
-    return error / scale
+    return math.inf if math.isinf(error) else error / scale  # (inf / inf would be NaN)
 
 
 def shadow_check(outputs: Tensor | Sequence[Tensor], fn, *args, **kwargs) -> float:
