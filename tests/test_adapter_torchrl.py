@@ -17,6 +17,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import assert_close
@@ -475,6 +476,24 @@ def test_fallback_reason_is_metadata_only():
     assert "bool" in rtt.fallback_reason("auto", 1, (v, v), (done.int(),), ())
     assert "shape" in rtt.fallback_reason("auto", 1, (v, v[:, :4]), (), ())
     assert "coefficient" in rtt.fallback_reason("auto", 1, (v,), (), (torch.ones(5, 1),))
+    assert "coefficient of type str" in rtt.fallback_reason("auto", 1, (v,), (), ("0.9",))
+
+
+def test_numpy_scalar_coefficients_are_served(device, core_calls):
+    """gamma = np.float32(0.99) (a numpy scalar, not a Python float) is served, with TorchRL's
+    result, instead of falling back to TorchRL's code with a warning."""
+    g = torch.Generator().manual_seed(16)
+    v, nv, r = (torch.randn(2, 6, 1, generator=g).to(device) for _ in range(3))
+    done = (torch.rand(2, 6, 1, generator=g) < 0.3).to(device)
+    gamma, lmbda = np.float32(0.9), np.float64(0.8)
+    expected = torchrl_functional.generalized_advantage_estimate(gamma, lmbda, v, nv, r, done, done)
+    with rtt.enabled(), warnings.catch_warnings():
+        warnings.simplefilter("error", rtt.RLTritonFallbackWarning)
+        actual = torchrl_advantages.generalized_advantage_estimate(
+            gamma, lmbda, v, nv, r, done, done
+        )
+    assert core_calls == {"gae": 1}
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------

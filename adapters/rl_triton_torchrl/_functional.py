@@ -29,6 +29,7 @@ A call the core cannot serve exactly goes to TorchRL's own function (see
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import torch
@@ -95,7 +96,7 @@ def fallback_reason(
         return f"`time_dim`={time_dim!r} does not index the {ndim}-dim inputs"
     for c in coefficients:
         if not isinstance(c, Tensor):
-            if not isinstance(c, (int, float)):
+            if not isinstance(c, numbers.Real):  # (numpy's scalars too: gamma=np.float32(.99))
                 return f"a coefficient of type {type(c).__name__}"
         elif c.numel() == 1:
             if c.device != device and c.device.type != "cpu":
