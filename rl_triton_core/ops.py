@@ -185,16 +185,18 @@ linear_scan_op.register_autograd(_linear_scan_backward, setup_context=_linear_sc
 def linear_scan(a, b, initial, reverse, time_dim, backend, out):
     """The public ``linear_scan`` through the op (autograd or compiled path)."""
     result = linear_scan_op(a, b, initial, bool(reverse), time_dim, backend)
-    return _into("linear_scan", ("x",), out, result)
+    inputs = (("a", a), ("b", b), ("initial", initial))  # (the gradient path checks out= here)
+    return _into("linear_scan", ("x",), out, result, [(n, x) for n, x in inputs if x is not None])
 
 
-def _into(fn: str, names: tuple, out, result):
-    """``out=`` after an op: the results copied in (the op itself is functional)."""
+def _into(fn: str, names: tuple, out, result, inputs=()):
+    """``out=`` after an op: the results copied in (the op itself is functional). ``inputs``:
+    ``(name, tensor)`` pairs that ``out`` must share no memory with (outside tracing)."""
     if out is None:
         return result
     results = (result,) if isinstance(result, Tensor) else tuple(result)
     first = results[0]
-    outs = check_out(fn, out, names, first.shape, first.dtype, first.device)
+    outs = check_out(fn, out, names, first.shape, first.dtype, first.device, inputs)
     for o, r in zip(outs, results, strict=True):
         o.copy_(r)
     return outs if len(outs) > 1 else outs[0]

@@ -438,6 +438,25 @@ def test_out_with_grad():
         call("lambda_returns", d, backend="torch", out=torch.empty(2, 2, dtype=F64))
 
 
+@pytest.mark.parametrize("name", ["a", "b", "initial", "rewards"])
+def test_out_sharing_memory_with_an_input_with_grad(name):
+    """On the gradient path, as on the direct one, an out= tensor that shares memory with an
+    input is refused up front (not written over the input, nor left for backward to fail on)."""
+    a = torch.full((4, 2), 0.5, dtype=F64, requires_grad=True)
+    inputs = {"a": a * 1, "b": torch.ones(4, 2, dtype=F64), "initial": torch.zeros(4, 2, dtype=F64)}
+    if name == "rewards":
+        r = torch.zeros(4, 2, dtype=F64)
+        with pytest.raises(ValueError, match="`out` tensor for `advantages` shares memory"):
+            rtc.gae(r, a, None, bootstrap_value=torch.zeros(2, dtype=F64), out=(r, r * 1))
+        return
+    out = inputs[name]
+    inputs["initial"] = inputs["initial"][0]
+    before = out.detach().clone()
+    with pytest.raises(ValueError, match=f"`out` tensor for `x` shares memory with `{name}`"):
+        rtc.linear_scan(inputs["a"], inputs["b"], initial=inputs["initial"], out=out)
+    assert torch.equal(out.detach(), before)
+
+
 def test_empty_time_axis_backward():
     a = torch.zeros(0, 3, requires_grad=True)
     b = torch.zeros(0, 3, requires_grad=True)
