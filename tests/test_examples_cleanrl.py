@@ -141,6 +141,16 @@ def test_impala(backend, tmp_path, monkeypatch):
     assert np.all(logs["losses/approx_kl"][2:] > 0)
 
 
+@pytest.mark.parametrize(("num_actors", "policy_lag"), [(2, -1), (0, 2)])
+def test_impala_refuses_a_negative_lag_or_no_actors(num_actors, policy_lag, tmp_path, monkeypatch):
+    """A negative lag would deadlock the actors and the learner; no actor, crash late."""
+    monkeypatch.chdir(tmp_path)
+    args = tiny("impala", num_actors=num_actors, policy_lag=policy_lag)
+    with pytest.raises(ValueError, match="--num-actors must be >= 1 and --policy-lag >= 0"):
+        load("impala").main(args)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_impala_is_reproducible(tmp_path, monkeypatch):
     """Actor threads, yet the same seed gives the same run: which parameters act for which
     rollout is fixed by the lag, not by thread timing."""
@@ -185,6 +195,72 @@ def test_ppo_advantages_are_cleanrl_loop(name, bootstrap, tmp_path, monkeypatch)
         torch.testing.assert_close(advantages, expected[0], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(returns, expected[1], rtol=1e-5, atol=1e-5)
     assert n_truncated > 0 or not bootstrap
+
+
+class StepRecorder(gym.Wrapper):
+    """Records what each step returned, inside the vector env: ``(obs, terminated, truncated)``
+    with the true final observation of an episode (before the vector env resets it)."""
+
+    instances: list[StepRecorder] = []  # in creation order: the vector env's index order
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = []
+        StepRecorder.instances.append(self)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps.append((obs, terminated, truncated))
+        return obs, reward, terminated, truncated, info
+
+
+def _recorded_short_cartpole(**kwargs):
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    return StepRecorder(gym.wrappers.TimeLimit(CartPoleEnv(**kwargs), max_episode_steps=12))
+
+
+gym.register("RecordedShortCartPole-v1", _recorded_short_cartpole)
+
+
+def test_ppo_bootstraps_truncations_from_the_final_observation(tmp_path, monkeypatch):
+    """``--bootstrap-truncated``: the value a truncated step bootstraps from is V of that
+    episode's final observation, as the environment itself returned it (recorded inside the
+    vector env), under the rollout's parameters; not V of the next episode's first observation.
+    (test_ppo_advantages_are_cleanrl_loop checks the call given the script's final values.)"""
+    module = load("ppo")
+    agents, checked = [], []
+
+    class RecordedAgent(module.Agent):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            agents.append(self)
+
+    compute_gae = rl_triton_cleanrl.compute_gae
+
+    def checking(*args, **kwargs):  # (before the update: the parameters that collected it)
+        truncated, final_values = kwargs["truncated"], kwargs["final_values"]
+        rollout = len(checked)
+        for t, i in truncated.nonzero().tolist():
+            obs, terminated, was_truncated = StepRecorder.instances[i].steps[
+                rollout * truncated.shape[0] + t
+            ]
+            assert was_truncated and not terminated
+            with torch.no_grad():
+                want = agents[0].get_value(torch.as_tensor(obs, dtype=torch.float32)[None])
+            torch.testing.assert_close(final_values[t, i], want.flatten()[0])
+        checked.append(int(truncated.sum()))
+        return compute_gae(*args, **kwargs)
+
+    StepRecorder.instances.clear()
+    monkeypatch.setattr(module, "Agent", RecordedAgent)
+    monkeypatch.setattr(rl_triton_cleanrl, "compute_gae", checking)
+    monkeypatch.chdir(tmp_path)
+    args = tiny("ppo", advantage_backend="torch", shadow_check=False, bootstrap_truncated=True)
+    args.env_id = "RecordedShortCartPole-v1"
+    module.main(args)
+    assert len(StepRecorder.instances) == args.num_envs and len(agents) == 1
+    assert len(checked) == 2 and sum(checked) > 0, checked
 
 
 def test_ppo_async_envs(tmp_path, monkeypatch):

@@ -236,6 +236,12 @@ def actor(actor_id, args, envs, agent, policy_versions, rollouts, device):
 
 def main(args: Args) -> str:
     """Trains, logs to TensorBoard and returns the run's log directory (runs/{run_name})."""
+    if args.num_actors < 1 or args.policy_lag < 0:  # (a negative lag would deadlock: rollout u
+        # would wait for an update that needs rollout u)
+        raise ValueError(
+            f"--num-actors must be >= 1 and --policy-lag >= 0, got {args.num_actors} and "
+            f"{args.policy_lag}"
+        )
     args.batch_size = int(args.num_envs * args.num_steps)
     args.num_iterations = args.total_timesteps // args.batch_size
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
