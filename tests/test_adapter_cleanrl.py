@@ -471,9 +471,12 @@ def test_max_rel_diff():
     )
     assert np.isnan(rl_triton_cleanrl.max_rel_diff(torch.tensor([np.nan]), torch.tensor([1.0])))
     assert rl_triton_cleanrl.max_rel_diff(torch.zeros(0), torch.zeros(0)) == 0.0
-    inf = torch.tensor([np.inf, -np.inf, 1.0])  # equal infinities differ by 0, not by NaN
-    assert rl_triton_cleanrl.max_rel_diff(inf, inf) == 0.0
-    assert rl_triton_cleanrl.max_rel_diff(inf + torch.tensor([0.0, 0.0, 1.0]), inf) == 0.0
+    inf = torch.tensor([np.inf, -np.inf, 2.0])  # equal infinities differ by 0, not by NaN,
+    assert rl_triton_cleanrl.max_rel_diff(inf, inf) == 0.0  # and leave the scale finite
+    assert rl_triton_cleanrl.max_rel_diff(inf + torch.tensor([0.0, 0.0, 1.0]), inf) == 0.5
+    shifted = e + torch.tensor([0.0, 0.0, 0.4])  # (an inf in another output: the same)
+    got = rl_triton_cleanrl.max_rel_diff((inf[:1], shifted), (inf[:1], e))
+    assert got == pytest.approx(0.1)
     assert rl_triton_cleanrl.max_rel_diff(inf.flip(0), inf) == np.inf
     assert rl_triton_cleanrl.max_rel_diff(torch.tensor([np.inf]), torch.tensor([1.0])) == np.inf
     with pytest.raises(ValueError, match="shapes differ"):

@@ -480,7 +480,7 @@ def test_fallback_reason_is_metadata_only():
 
 
 def test_numpy_scalar_coefficients_are_served(device, core_calls):
-    """gamma = np.float32(0.99) (a numpy scalar, not a Python float) is served, with TorchRL's
+    """gamma = np.float32(0.9) (a numpy scalar, not a Python float) is served, with TorchRL's
     result, instead of falling back to TorchRL's code with a warning."""
     g = torch.Generator().manual_seed(16)
     v, nv, r = (torch.randn(2, 6, 1, generator=g).to(device) for _ in range(3))

@@ -441,7 +441,7 @@ def test_out_with_grad():
 @pytest.mark.parametrize("name", ["a", "b", "initial", "rewards"])
 def test_out_sharing_memory_with_an_input_with_grad(name):
     """On the gradient path, as on the direct one, an out= tensor that shares memory with an
-    input is refused up front (not written over the input, nor left for backward to fail on)."""
+    input is refused (not written over the input, nor left for backward to fail on)."""
     a = torch.full((4, 2), 0.5, dtype=F64, requires_grad=True)
     inputs = {"a": a * 1, "b": torch.ones(4, 2, dtype=F64), "initial": torch.zeros(4, 2, dtype=F64)}
     if name == "rewards":

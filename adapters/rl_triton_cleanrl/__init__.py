@@ -26,7 +26,6 @@ float64 reference.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 
@@ -266,7 +265,8 @@ def max_rel_diff(actual: Tensor | Sequence[Tensor], expected: Tensor | Sequence[
     float32 evaluation, CleanRL's own loop included, is then off by ~1e-2 of ``max |A|``
     (docs/parity.md). Scaled by the largest output, float32 results stay below 1e-5 (the
     scripts' ``--shadow-check`` against ``backend="reference"``). NaN anywhere gives NaN; equal
-    infinities differ by 0, and an infinity against anything else by ``inf``.
+    infinities differ by 0 (and do not count in the scale), an infinity against any other
+    value by ``inf``.
     """
     if isinstance(actual, Tensor):
         actual, expected = (actual,), (expected,)
@@ -287,8 +287,9 @@ def max_rel_diff(actual: Tensor | Sequence[Tensor], expected: Tensor | Sequence[
         diff = torch.where(a == e, 0.0, (a - e).abs()).max().item()  # (inf - inf: NaN)
         if diff != diff:  # NaN
             return diff
-        error, scale = max(error, diff), max(scale, e.abs().max().item())
-    return math.inf if math.isinf(error) else error / scale  # (inf / inf would be NaN)
+        finite = e.abs().nan_to_num(0.0, 0.0, 0.0)  # (the scale: the largest finite |e|)
+        error, scale = max(error, diff), max(scale, finite.max().item())
+    return error / scale
 
 
 def shadow_check(outputs: Tensor | Sequence[Tensor], fn, *args, **kwargs) -> float:

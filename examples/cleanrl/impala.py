@@ -59,7 +59,7 @@ class Args:
     num_steps: int = 32
     """the number of steps to run in each environment per rollout (the unroll length)"""
     policy_lag: int = 2
-    """learner updates by which the actors' policy lags (>= num_actors lets all actors run at once)"""
+    """learner updates by which the actors' policy lags, >= 0 (>= num_actors lets all actors run at once)"""
     async_envs: bool = False
     """if toggled, each actor's environments run in subprocesses (`gym.vector.AsyncVectorEnv`)"""
     anneal_lr: bool = True
